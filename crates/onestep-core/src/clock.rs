@@ -1,0 +1,64 @@
+//! Time sources. Schedules and leases take a [`Clock`] so tests can move time instead of sleeping.
+
+use std::sync::{Arc, Mutex};
+
+use time::OffsetDateTime;
+
+/// Something that says what time it is, in UTC.
+///
+/// # Example
+/// ```
+/// use onestep_core::clock::{Clock, ManualClock};
+/// use time::macros::datetime;
+///
+/// let clock = ManualClock::new(datetime!(2026-01-01 00:00 UTC));
+/// clock.advance(std::time::Duration::from_secs(90));
+/// assert_eq!(clock.now(), datetime!(2026-01-01 00:01:30 UTC));
+/// ```
+pub trait Clock: Send + Sync + std::fmt::Debug {
+    /// The current instant, in UTC.
+    fn now(&self) -> OffsetDateTime;
+}
+
+/// The system clock.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> OffsetDateTime {
+        OffsetDateTime::now_utc()
+    }
+}
+
+/// A clock that only moves when told to; for tests.
+#[derive(Debug, Clone)]
+pub struct ManualClock {
+    now: Arc<Mutex<OffsetDateTime>>,
+}
+
+impl ManualClock {
+    /// A clock stopped at `start`.
+    pub fn new(start: OffsetDateTime) -> Self {
+        Self { now: Arc::new(Mutex::new(start)) }
+    }
+
+    /// Moves the clock forward by `by`.
+    pub fn advance(&self, by: std::time::Duration) {
+        let mut now = self.now.lock().unwrap_or_else(|p| p.into_inner());
+        *now += by;
+    }
+
+    /// Sets the clock to `to`.
+    pub fn set(&self, to: OffsetDateTime) {
+        *self.now.lock().unwrap_or_else(|p| p.into_inner()) = to;
+    }
+}
+
+impl Clock for ManualClock {
+    fn now(&self) -> OffsetDateTime {
+        *self.now.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// A shared clock handle.
+pub type SharedClock = Arc<dyn Clock>;

@@ -1,0 +1,61 @@
+//! One fetched message and the actions that settle it.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::envelope::Envelope;
+use crate::error::Result;
+use crate::failure::FailureInfo;
+
+/// A message fetched from a [`Source`](crate::source::Source), settled exactly once by the
+/// executor with [`ack`](Delivery::ack), [`retry`](Delivery::retry) or [`fail`](Delivery::fail),
+/// or handed back with [`release_unstarted`](Delivery::release_unstarted) when the runner stops
+/// before the delivery started.
+///
+/// The executor calls, in order: `start_processing` once, then one settling action. If `fail`
+/// returns an error the executor falls back to `retry`, so a delivery is never dropped.
+///
+/// # Example
+/// ```
+/// use async_trait::async_trait;
+/// use onestep_core::{Delivery, Envelope, FailureInfo, Result};
+/// use std::time::Duration;
+///
+/// struct Printed(Envelope);
+///
+/// #[async_trait]
+/// impl Delivery for Printed {
+///     fn envelope(&self) -> &Envelope { &self.0 }
+///     async fn ack(&mut self) -> Result<()> { println!("done: {}", self.0.body); Ok(()) }
+///     async fn retry(&mut self, _delay: Option<Duration>) -> Result<()> { Ok(()) }
+///     async fn fail(&mut self, failure: &FailureInfo) -> Result<()> {
+///         eprintln!("failed: {}", failure.message);
+///         Ok(())
+///     }
+/// }
+/// ```
+#[async_trait]
+pub trait Delivery: Send + Sync {
+    /// The message being delivered.
+    fn envelope(&self) -> &Envelope;
+
+    /// Called once before any task code runs (starts lease heartbeats, for example).
+    async fn start_processing(&mut self) -> Result<()> {
+        Ok(())
+    }
+
+    /// Hands back a delivery that was fetched but never started (shutdown or drain raced the fetch).
+    async fn release_unstarted(&mut self) -> Result<()> {
+        Ok(())
+    }
+
+    /// The attempt succeeded.
+    async fn ack(&mut self) -> Result<()>;
+
+    /// The attempt failed and should be tried again after `delay` (immediately when `None`).
+    async fn retry(&mut self, delay: Option<Duration>) -> Result<()>;
+
+    /// The attempt failed for good.
+    async fn fail(&mut self, failure: &FailureInfo) -> Result<()>;
+}

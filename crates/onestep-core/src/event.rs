@@ -1,0 +1,123 @@
+//! Task events: what happened to each delivery, for subscribers, logs and metrics.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Serialize;
+use serde_json::{Map, Value};
+use time::OffsetDateTime;
+
+use crate::failure::FailureInfo;
+
+/// What happened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TaskEventKind {
+    /// The runner fetched the delivery.
+    Fetched,
+    /// The executor started the delivery.
+    Started,
+    /// The attempt succeeded and the delivery was acknowledged.
+    Succeeded,
+    /// The attempt failed and the delivery was scheduled again.
+    Retried,
+    /// The attempt failed for good.
+    Failed,
+    /// The failed delivery was published to the dead-letter sinks.
+    DeadLettered,
+    /// The attempt was cancelled.
+    Cancelled,
+}
+
+impl TaskEventKind {
+    /// The snake_case name used in logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Fetched => "fetched",
+            Self::Started => "started",
+            Self::Succeeded => "succeeded",
+            Self::Retried => "retried",
+            Self::Failed => "failed",
+            Self::DeadLettered => "dead_lettered",
+            Self::Cancelled => "cancelled",
+        }
+    }
+}
+
+impl fmt::Display for TaskEventKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One event in a delivery's life.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TaskEvent {
+    /// What happened.
+    pub kind: TaskEventKind,
+    /// The app's name.
+    pub app: String,
+    /// The task's name.
+    pub task: String,
+    /// The source's name, when the task has one.
+    pub source: Option<String>,
+    /// The envelope's previous-attempt count.
+    pub attempts: u32,
+    /// When the event was emitted (UTC).
+    #[serde(with = "time::serde::rfc3339")]
+    pub emitted_at: OffsetDateTime,
+    /// Time since the delivery started, for outcome events.
+    pub duration: Option<Duration>,
+    /// The failure, for retried, failed, dead-lettered and cancelled events.
+    pub failure: Option<FailureInfo>,
+    /// A copy of the envelope's metadata (tracked executions carry `onestep.execution`).
+    pub meta: Map<String, Value>,
+}
+
+/// A subscriber called synchronously for every event; keep it fast.
+pub type EventHandler = Arc<dyn Fn(&TaskEvent) + Send + Sync>;
+
+/// Delivers an event to subscribers and the structured log. A panicking subscriber is logged and
+/// does not affect the task.
+pub(crate) fn dispatch(handlers: &[EventHandler], event: &TaskEvent) {
+    log(event);
+    for handler in handlers {
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handler(event)));
+        if outcome.is_err() {
+            tracing::error!(task = %event.task, event_kind = %event.kind, "task event subscriber panicked");
+        }
+    }
+}
+
+fn log(event: &TaskEvent) {
+    let duration_s = event.duration.map(|d| d.as_secs_f64());
+    let (failure_kind, failure_type, failure_message) = match &event.failure {
+        Some(f) => (Some(f.kind.as_str()), Some(f.exception_type.as_str()), Some(f.message.as_str())),
+        None => (None, None, None),
+    };
+    macro_rules! emit {
+        ($level:ident) => {
+            tracing::$level!(
+                event_kind = event.kind.as_str(),
+                app_name = %event.app,
+                task_name = %event.task,
+                source_name = event.source.as_deref(),
+                attempts = event.attempts,
+                duration_s,
+                failure_kind,
+                failure_exception_type = failure_type,
+                failure_message,
+                "task {} {}",
+                event.task,
+                event.kind
+            )
+        };
+    }
+    match event.kind {
+        TaskEventKind::Fetched | TaskEventKind::Started => emit!(debug),
+        TaskEventKind::Succeeded => emit!(info),
+        TaskEventKind::Retried | TaskEventKind::Cancelled => emit!(warn),
+        TaskEventKind::Failed | TaskEventKind::DeadLettered => emit!(error),
+    }
+}

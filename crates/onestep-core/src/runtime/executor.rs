@@ -1,0 +1,280 @@
+//! Runs one delivery through the stages of a task and settles it.
+//!
+//! Stages, in order: `delivery_action` (start processing) → `before_hook` → `handler` (under the
+//! task timeout) → `after_success_hook` → `route` → `transform` (every transform computed before
+//! any send) → `sink` (each binding, up to two attempts on retryable connector errors) → `ack`.
+//! A failure anywhere goes to the failure path (on_failure hook, retry policy, dead letters); a
+//! cancellation goes to the cancel path (the delivery is retried).
+
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::time::{Duration, Instant};
+
+use futures_util::FutureExt;
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use super::TaskRuntime;
+use crate::delivery::Delivery;
+use crate::envelope::Envelope;
+use crate::event::TaskEventKind;
+use crate::failure::{FailureInfo, FailureKind, Stage, TaskError};
+use crate::retry::RetryAction;
+use crate::task::{Emit, EmitBinding, TaskContext};
+
+/// The stage currently running, readable after the processing future was dropped.
+struct StageCell(AtomicU8);
+
+const STAGES: [Stage; 9] = [
+    Stage::DeliveryAction,
+    Stage::BeforeHook,
+    Stage::Handler,
+    Stage::AfterSuccessHook,
+    Stage::Route,
+    Stage::Transform,
+    Stage::ResultValidation,
+    Stage::Sink,
+    Stage::Ack,
+];
+
+impl StageCell {
+    fn new() -> Self {
+        Self(AtomicU8::new(0))
+    }
+
+    fn set(&self, stage: Stage) {
+        let index = STAGES.iter().position(|s| *s == stage).unwrap_or(0);
+        self.0.store(index as u8, Ordering::Relaxed);
+    }
+
+    fn get(&self) -> Stage {
+        STAGES.get(self.0.load(Ordering::Relaxed) as usize).copied().unwrap_or(Stage::DeliveryAction)
+    }
+}
+
+/// How an attempt ended.
+enum Outcome {
+    Succeeded,
+    Failed(FailureInfo),
+    Cancelled(Stage),
+}
+
+/// Processes one delivery to the end. Never panics on user code: a panicking handler is a failure.
+pub(crate) async fn execute(rt: Arc<TaskRuntime>, mut delivery: Box<dyn Delivery>, cancel: CancellationToken) {
+    let started = Instant::now();
+    let envelope = Arc::new(delivery.envelope().clone());
+    let ctx = rt.context(envelope.clone(), cancel.clone());
+    let stage = StageCell::new();
+
+    let outcome = {
+        let work = AssertUnwindSafe(process(&rt, delivery.as_mut(), &ctx, &stage)).catch_unwind();
+        tokio::select! {
+            biased;
+            _ = cancel.cancelled() => Outcome::Cancelled(stage.get()),
+            result = work => match result {
+                Ok(outcome) => outcome,
+                Err(panic) => Outcome::Failed(FailureInfo {
+                    kind: FailureKind::Error,
+                    exception_type: "Panic".to_string(),
+                    message: panic_message(panic.as_ref()),
+                    stage: stage.get(),
+                    connector: None,
+                }),
+            },
+        }
+    };
+
+    let elapsed = Some(started.elapsed());
+    match outcome {
+        Outcome::Succeeded => rt.emit(TaskEventKind::Succeeded, &envelope, elapsed, None),
+        Outcome::Failed(failure) => handle_failure(&rt, delivery.as_mut(), &ctx, &envelope, failure, started).await,
+        Outcome::Cancelled(at) => {
+            let failure = FailureInfo::cancelled(at, "the attempt was cancelled");
+            rt.emit(TaskEventKind::Cancelled, &envelope, elapsed, Some(&failure));
+            if let Err(err) = delivery.retry(None).await {
+                tracing::error!(task = %rt.task_name, error = %err, "could not retry a cancelled delivery");
+            }
+            rt.emit(TaskEventKind::Retried, &envelope, Some(started.elapsed()), Some(&failure));
+        }
+    }
+}
+
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = panic.downcast_ref::<&str>() {
+        format!("handler panicked: {s}")
+    } else if let Some(s) = panic.downcast_ref::<String>() {
+        format!("handler panicked: {s}")
+    } else {
+        "handler panicked".to_string()
+    }
+}
+
+fn fail_at(stage: Stage, err: &TaskError) -> Outcome {
+    Outcome::Failed(FailureInfo::from_error(FailureKind::Error, stage, err))
+}
+
+async fn process(rt: &TaskRuntime, delivery: &mut dyn Delivery, ctx: &TaskContext, stage: &StageCell) -> Outcome {
+    let task = &rt.task;
+    stage.set(Stage::DeliveryAction);
+    if let Err(err) = delivery.start_processing().await {
+        return fail_at(Stage::DeliveryAction, &TaskError::from(err));
+    }
+    rt.emit(TaskEventKind::Started, ctx.envelope(), None, None);
+    let payload = ctx.envelope().body.clone();
+
+    if let Some(before) = &task.hooks.before {
+        stage.set(Stage::BeforeHook);
+        if let Err(err) = before(ctx.clone(), payload.clone()).await {
+            return fail_at(Stage::BeforeHook, &err);
+        }
+    }
+
+    stage.set(Stage::Handler);
+    let call = (rt.handler)(ctx.clone(), payload.clone());
+    let result = match task.timeout {
+        Some(limit) => match tokio::time::timeout(limit, call).await {
+            Ok(result) => result,
+            Err(_) => return Outcome::Failed(FailureInfo::timeout(limit)),
+        },
+        None => call.await,
+    };
+    let result = match result {
+        Ok(value) => value,
+        Err(err) => return fail_at(Stage::Handler, &err),
+    };
+
+    if let Some(after) = &task.hooks.after_success {
+        stage.set(Stage::AfterSuccessHook);
+        if let Err(err) = after(ctx.clone(), payload.clone(), result.clone()).await {
+            return fail_at(Stage::AfterSuccessHook, &err);
+        }
+    }
+
+    if !result.is_null() && !task.emit.is_empty() {
+        stage.set(Stage::Route);
+        let bindings = match select_bindings(&task.emit, ctx, &payload, &result) {
+            Ok(b) => b,
+            Err(err) => return fail_at(Stage::Route, &err),
+        };
+        stage.set(Stage::Transform);
+        let mut bodies = Vec::with_capacity(bindings.len());
+        for binding in &bindings {
+            let body = match &binding.transform {
+                Some(transform) => match transform(ctx, &payload, &result) {
+                    Ok(body) => body,
+                    Err(err) => return fail_at(Stage::Transform, &err),
+                },
+                None => result.clone(),
+            };
+            bodies.push(body);
+        }
+        stage.set(Stage::Sink);
+        for (binding, body) in bindings.iter().zip(bodies) {
+            if let Err(err) = send_with_retry(binding, body, ctx).await {
+                return fail_at(Stage::Sink, &err);
+            }
+        }
+    }
+
+    stage.set(Stage::Ack);
+    if let Err(err) = delivery.ack().await {
+        return fail_at(Stage::Ack, &TaskError::from(err));
+    }
+    Outcome::Succeeded
+}
+
+fn select_bindings<'a>(
+    emit: &'a [Emit],
+    ctx: &TaskContext,
+    payload: &Value,
+    result: &Value,
+) -> Result<Vec<&'a EmitBinding>, TaskError> {
+    let mut selected = Vec::new();
+    for target in emit {
+        match target {
+            Emit::Binding(binding) => selected.push(binding),
+            Emit::Route(route) => {
+                let branch = if (route.when)(ctx, payload, result)? { &route.then } else { &route.otherwise };
+                selected.extend(branch.iter());
+            }
+        }
+    }
+    Ok(selected)
+}
+
+/// Sends to one sink; a retryable connector error is tried once more after its back-off.
+async fn send_with_retry(binding: &EmitBinding, body: Value, ctx: &TaskContext) -> Result<(), TaskError> {
+    let envelope = Envelope::new(body);
+    match binding.sink.send(envelope.clone()).await {
+        Ok(()) => Ok(()),
+        Err(err) => match err.as_connector() {
+            Some(c) if c.is_retryable() && !ctx.cancellation().is_cancelled() => {
+                tokio::time::sleep(c.backoff(Duration::from_millis(100))).await;
+                binding.sink.send(envelope).await.map_err(TaskError::from)
+            }
+            _ => Err(TaskError::from(err)),
+        },
+    }
+}
+
+async fn handle_failure(
+    rt: &TaskRuntime,
+    delivery: &mut dyn Delivery,
+    ctx: &TaskContext,
+    envelope: &Envelope,
+    failure: FailureInfo,
+    started: Instant,
+) {
+    tracing::warn!(
+        task = %rt.task_name,
+        failure_kind = failure.kind.as_str(),
+        stage = failure.stage.as_str(),
+        exception_type = %failure.exception_type,
+        attempts = envelope.attempts,
+        "task attempt failed: {}",
+        failure.message
+    );
+    if let Some(hook) = &rt.task.hooks.on_failure {
+        let call = AssertUnwindSafe(hook(ctx.clone(), envelope.body.clone(), failure.clone())).catch_unwind();
+        if call.await.is_err() {
+            tracing::error!(task = %rt.task_name, "on_failure hook panicked");
+        }
+    }
+    match rt.task.retry.on_error(envelope, &failure) {
+        RetryAction::Retry { delay } => {
+            if let Err(err) = delivery.retry(delay).await {
+                tracing::error!(task = %rt.task_name, error = %err, "could not schedule a retry");
+            }
+            rt.emit(TaskEventKind::Retried, envelope, Some(started.elapsed()), Some(&failure));
+        }
+        RetryAction::Fail => {
+            if !rt.task.dead_letter.is_empty() {
+                let letter = rt.dead_letter_envelope(envelope, &failure);
+                for sink in &rt.task.dead_letter {
+                    if let Err(err) = sink.send(letter.clone()).await {
+                        tracing::error!(
+                            task = %rt.task_name, sink = sink.name(), error = %err,
+                            "dead-letter publish failed; retrying the original delivery"
+                        );
+                        if let Err(err) = delivery.retry(None).await {
+                            tracing::error!(task = %rt.task_name, error = %err, "could not schedule a retry");
+                        }
+                        rt.emit(TaskEventKind::Retried, envelope, Some(started.elapsed()), Some(&failure));
+                        return;
+                    }
+                }
+                rt.emit(TaskEventKind::DeadLettered, envelope, Some(started.elapsed()), Some(&failure));
+            }
+            if let Err(err) = delivery.fail(&failure).await {
+                tracing::error!(task = %rt.task_name, error = %err, "could not fail the delivery; retrying it instead");
+                if let Err(err) = delivery.retry(None).await {
+                    tracing::error!(task = %rt.task_name, error = %err, "could not schedule a retry");
+                }
+                rt.emit(TaskEventKind::Retried, envelope, Some(started.elapsed()), Some(&failure));
+                return;
+            }
+            rt.emit(TaskEventKind::Failed, envelope, Some(started.elapsed()), Some(&failure));
+        }
+    }
+}

@@ -1,0 +1,217 @@
+//! One task runner: fetch into free slots, execute, back off on retryable errors, stop gracefully.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use super::TaskRuntime;
+use super::control::{Control, ControlState, RunnerStatus};
+use super::executor::execute;
+use crate::delivery::Delivery;
+use crate::error::{Error, Result};
+use crate::event::TaskEventKind;
+use crate::source::Source;
+
+/// How long a runner waits for in-flight work at shutdown, and for cancelled work to clean up.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ShutdownBudget {
+    pub(crate) timeout: Option<Duration>,
+    pub(crate) cleanup: Duration,
+}
+
+pub(crate) struct Runner {
+    rt: Arc<TaskRuntime>,
+    source: Arc<dyn Source>,
+    control: Arc<Control>,
+    budget: ShutdownBudget,
+    inflight: JoinSet<()>,
+    /// Cancels every in-flight attempt of this runner (shutdown past its timeout).
+    attempts: CancellationToken,
+}
+
+impl Runner {
+    pub(crate) fn new(rt: Arc<TaskRuntime>, source: Arc<dyn Source>, control: Arc<Control>, budget: ShutdownBudget) -> Self {
+        Self { rt, source, control, budget, inflight: JoinSet::new(), attempts: CancellationToken::new() }
+    }
+
+    fn task(&self) -> &str {
+        &self.rt.task_name
+    }
+
+    /// Runs until shutdown (Ok) or a non-retryable source error (Err, after in-flight work ended).
+    pub(crate) async fn run(mut self) -> Result<()> {
+        let mut control = self.control.state.subscribe();
+        self.control.set_status(self.task(), RunnerStatus::Running);
+        let result = self.fetch_loop(&mut control).await;
+        self.finish().await;
+        self.control.set_status(self.task(), RunnerStatus::Stopped);
+        result
+    }
+
+    async fn fetch_loop(&mut self, control: &mut watch::Receiver<ControlState>) -> Result<()> {
+        let task = self.rt.task_name.clone();
+        let concurrency = self.rt.task.concurrency.max(1);
+        loop {
+            self.reap();
+            let state = control.borrow_and_update().clone();
+            if state.shutdown {
+                return Ok(());
+            }
+            if state.stops_fetching(&task) {
+                self.park(control).await;
+                continue;
+            }
+            let free = concurrency.saturating_sub(self.inflight.len());
+            if free == 0 {
+                tokio::select! {
+                    _ = self.inflight.join_next() => {}
+                    _ = control.changed() => {}
+                }
+                continue;
+            }
+
+            let fetched = {
+                let fetch = self.source.fetch(free);
+                tokio::pin!(fetch);
+                tokio::select! {
+                    biased;
+                    result = &mut fetch => Some(result),
+                    _ = wait_stop(control, &task) => {
+                        if self.source.fetch_is_cancel_safe() {
+                            None
+                        } else {
+                            // The fetch may have claimed work: let it finish, then hand it back.
+                            if let Ok(deliveries) = fetch.await {
+                                self.release_all(deliveries).await;
+                            }
+                            None
+                        }
+                    }
+                }
+            };
+            let Some(fetched) = fetched else { continue };
+
+            match fetched {
+                Err(err) => match err.as_connector() {
+                    Some(c) if c.is_retryable() => {
+                        let delay = c.backoff(self.source.poll_interval());
+                        tracing::warn!(task = %task, error = %err, delay_s = delay.as_secs_f64(), "fetch failed; backing off");
+                        sleep_unless_stopped(delay, control, &task).await;
+                    }
+                    _ => {
+                        tracing::error!(task = %task, error = %err, "fetch failed; stopping the app");
+                        return Err(err);
+                    }
+                },
+                Ok(deliveries) if deliveries.is_empty() => {
+                    sleep_unless_stopped(self.source.poll_interval(), control, &task).await;
+                }
+                Ok(deliveries) => {
+                    if control.borrow().stops_fetching(&task) {
+                        self.release_all(deliveries).await;
+                        continue;
+                    }
+                    for delivery in deliveries {
+                        self.rt.emit(TaskEventKind::Fetched, delivery.envelope(), None, None);
+                        let token = self.attempts.child_token();
+                        self.inflight.spawn(execute(self.rt.clone(), delivery, token));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Drops finished executions from the in-flight set without waiting.
+    fn reap(&mut self) {
+        while let Some(done) = self.inflight.try_join_next() {
+            log_join(&self.rt.task_name, done);
+        }
+    }
+
+    /// Waits for in-flight work, reports Parked, and waits until fetching may resume or shutdown.
+    async fn park(&mut self, control: &mut watch::Receiver<ControlState>) {
+        let task = self.rt.task_name.clone();
+        while !self.inflight.is_empty() {
+            tokio::select! {
+                done = self.inflight.join_next() => if let Some(done) = done { log_join(&task, done) },
+                _ = control.changed() => {
+                    if control.borrow().shutdown { return; }
+                }
+            }
+        }
+        self.control.set_status(&task, RunnerStatus::Parked);
+        let _ = control.wait_for(|s| s.shutdown || !s.stops_fetching(&task)).await;
+        if !control.borrow().shutdown {
+            self.control.set_status(&task, RunnerStatus::Running);
+        }
+    }
+
+    async fn release_all(&self, deliveries: Vec<Box<dyn Delivery>>) {
+        for mut delivery in deliveries {
+            if let Err(err) = delivery.release_unstarted().await {
+                tracing::error!(task = %self.rt.task_name, error = %err, "could not release an unstarted delivery");
+            }
+        }
+    }
+
+    /// Waits for in-flight work within the shutdown timeout, then cancels what is left and gives it
+    /// the cleanup budget to settle (cancelled deliveries are retried), then aborts.
+    async fn finish(&mut self) {
+        let task = self.rt.task_name.clone();
+        if self.inflight.is_empty() {
+            return;
+        }
+        tracing::info!(task = %task, inflight = self.inflight.len(), "waiting for in-flight deliveries");
+        let finished = match self.budget.timeout {
+            None => {
+                join_all(&mut self.inflight, &task).await;
+                true
+            }
+            Some(limit) => tokio::time::timeout(limit, join_all(&mut self.inflight, &task)).await.is_ok(),
+        };
+        if finished {
+            return;
+        }
+        tracing::warn!(task = %task, inflight = self.inflight.len(), "shutdown timeout reached; cancelling in-flight deliveries");
+        self.attempts.cancel();
+        if tokio::time::timeout(self.budget.cleanup, join_all(&mut self.inflight, &task)).await.is_err() {
+            tracing::error!(task = %task, inflight = self.inflight.len(), "in-flight cleanup exceeded its budget; aborting");
+            self.inflight.abort_all();
+            join_all(&mut self.inflight, &task).await;
+        }
+    }
+}
+
+async fn join_all(set: &mut JoinSet<()>, task: &str) {
+    while let Some(done) = set.join_next().await {
+        log_join(task, done);
+    }
+}
+
+fn log_join(task: &str, done: Result<(), tokio::task::JoinError>) {
+    if let Err(err) = done
+        && err.is_panic()
+    {
+        tracing::error!(task = %task, "a delivery's execution panicked outside the handler");
+    }
+}
+
+async fn wait_stop(control: &mut watch::Receiver<ControlState>, task: &str) {
+    let _ = control.wait_for(|s| s.stops_fetching(task)).await;
+}
+
+async fn sleep_unless_stopped(delay: Duration, control: &mut watch::Receiver<ControlState>, task: &str) {
+    tokio::select! {
+        _ = tokio::time::sleep(delay) => {}
+        _ = wait_stop(control, task) => {}
+    }
+}
+
+impl From<tokio::task::JoinError> for Error {
+    fn from(err: tokio::task::JoinError) -> Self {
+        Error::other(err)
+    }
+}

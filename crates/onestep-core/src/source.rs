@@ -1,0 +1,134 @@
+//! Where deliveries come from ([`Source`]), where results go ([`Sink`]), and the lifecycle both
+//! share ([`Resource`]). Built-in sources live in the submodules.
+
+// cron arrives with its expression parser
+//pub mod cron;
+pub mod interval;
+pub mod memory;
+mod schedule;
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde_json::{Map, Value};
+
+use crate::delivery::Delivery;
+use crate::envelope::Envelope;
+use crate::error::Result;
+
+pub use schedule::Overlap;
+
+/// Something with a name that is opened before use and closed after.
+///
+/// The app opens each resource once, in registration order, and closes them in reverse order;
+/// a value that is both a source and a sink is opened once.
+#[async_trait]
+pub trait Resource: Send + Sync {
+    /// The resource's name, used in logs, events and error messages.
+    fn name(&self) -> &str;
+
+    /// Connects or prepares the resource. Called once at app startup.
+    async fn open(&self) -> Result<()> {
+        Ok(())
+    }
+
+    /// Releases what `open` acquired. Called once at app shutdown.
+    async fn close(&self) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// A source of deliveries polled by a task runner.
+///
+/// The runner asks for at most as many deliveries as the task has free slots. An empty answer
+/// makes it sleep [`poll_interval`](Source::poll_interval). Failures of the dependency should be
+/// [`ConnectorOperationError`](crate::ConnectorOperationError)s so the runner can tell a dropped
+/// connection (back off, retry) from a misconfiguration (stop the app).
+///
+/// # Example
+/// ```
+/// use async_trait::async_trait;
+/// use onestep_core::{Delivery, Resource, Result, Source};
+///
+/// /// A source that never has anything.
+/// struct Idle;
+///
+/// #[async_trait]
+/// impl Resource for Idle {
+///     fn name(&self) -> &str { "idle" }
+/// }
+///
+/// #[async_trait]
+/// impl Source for Idle {
+///     async fn fetch(&self, _limit: usize) -> Result<Vec<Box<dyn Delivery>>> { Ok(Vec::new()) }
+/// }
+/// ```
+#[async_trait]
+pub trait Source: Resource {
+    /// Fetches up to `limit` deliveries (`limit >= 1`); an empty vector means nothing is ready.
+    async fn fetch(&self, limit: usize) -> Result<Vec<Box<dyn Delivery>>>;
+
+    /// The most deliveries one fetch returns.
+    fn batch_size(&self) -> usize {
+        1
+    }
+
+    /// How long a runner sleeps after an empty fetch.
+    fn poll_interval(&self) -> Duration {
+        Duration::from_secs(1)
+    }
+
+    /// Whether a fetch may be dropped mid-way without losing deliveries.
+    ///
+    /// Sources that claim rows in a database are not cancel-safe: when the runner stops, it
+    /// awaits their fetch and releases what came back unstarted.
+    fn fetch_is_cancel_safe(&self) -> bool {
+        true
+    }
+
+    /// Rejects a task this source cannot serve; called when the task is registered.
+    fn validate_task(&self, _task_name: &str) -> Result<()> {
+        Ok(())
+    }
+
+    /// Called when a paused task resumes; schedules use it to skip the runs missed while paused.
+    fn resume_after_pause(&self) {}
+
+    /// Metadata describing the source, shown by `describe()`.
+    fn describe(&self) -> Map<String, Value> {
+        Map::new()
+    }
+}
+
+/// A destination for task results and dead letters.
+///
+/// # Example
+/// ```
+/// use async_trait::async_trait;
+/// use onestep_core::{Envelope, Resource, Result, Sink};
+///
+/// struct Stdout;
+///
+/// #[async_trait]
+/// impl Resource for Stdout {
+///     fn name(&self) -> &str { "stdout" }
+/// }
+///
+/// #[async_trait]
+/// impl Sink for Stdout {
+///     async fn send(&self, envelope: Envelope) -> Result<()> {
+///         println!("{}", envelope.body);
+///         Ok(())
+///     }
+/// }
+/// ```
+#[async_trait]
+pub trait Sink: Resource {
+    /// Sends one envelope.
+    async fn send(&self, envelope: Envelope) -> Result<()>;
+
+    /// Sends `body` with `meta` and zero attempts.
+    async fn publish(&self, body: Value, meta: Map<String, Value>) -> Result<()> {
+        self.send(Envelope::new(body).with_meta(meta)).await
+    }
+}

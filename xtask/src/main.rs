@@ -40,8 +40,21 @@ fn run() -> Result<()> {
 
 fn lint() -> Result<()> {
     cargo(&["fmt", "--all", "--", "--check"], &[])?;
-    cargo(&["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"], &[])?;
-    cargo(&["doc", "--workspace", "--no-deps"], &[("RUSTDOCFLAGS", "-D warnings")])?;
+    cargo(
+        &[
+            "clippy",
+            "--workspace",
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ],
+        &[],
+    )?;
+    cargo(
+        &["doc", "--workspace", "--no-deps"],
+        &[("RUSTDOCFLAGS", "-D warnings")],
+    )?;
     Ok(())
 }
 
@@ -60,8 +73,14 @@ fn cargo(args: &[&str], env: &[(&str, &str)]) -> Result<()> {
     for (k, v) in env {
         cmd.env(k, v);
     }
-    let status = cmd.status().with_context(|| format!("could not start cargo {}", args.join(" ")))?;
-    eprintln!("xtask: cargo {} finished in {:.1}s", args[0], started.elapsed().as_secs_f64());
+    let status = cmd
+        .status()
+        .with_context(|| format!("could not start cargo {}", args.join(" ")))?;
+    eprintln!(
+        "xtask: cargo {} finished in {:.1}s",
+        args[0],
+        started.elapsed().as_secs_f64()
+    );
     if !status.success() {
         bail!("cargo {} failed ({status})", args.join(" "));
     }

@@ -17,7 +17,8 @@ use crate::source::Resource;
 use crate::state::{InMemoryStateStore, StateStore};
 use crate::task::{BoxFuture, Task};
 
-type LifecycleHook = Arc<dyn Fn(AppHandle) -> BoxFuture<'static, std::result::Result<(), BoxError>> + Send + Sync>;
+type LifecycleHook =
+    Arc<dyn Fn(AppHandle) -> BoxFuture<'static, std::result::Result<(), BoxError>> + Send + Sync>;
 
 /// Builds a [`OneStepApp`]; every option is checked in [`build`](AppBuilder::build).
 pub struct AppBuilder {
@@ -111,23 +112,39 @@ impl AppBuilder {
             return Err(Error::invalid("app.name", "must be a non-empty string"));
         }
         if self.shutdown_timeout.is_some_and(|t| t.is_zero()) {
-            return Err(Error::invalid("app.shutdown_timeout_s", "must be > 0, got 0"));
+            return Err(Error::invalid(
+                "app.shutdown_timeout_s",
+                "must be > 0, got 0",
+            ));
         }
         let mut names = HashSet::new();
         for (index, task) in self.tasks.iter().enumerate() {
             task.validate(index)?;
             if !names.insert(task.name.clone()) {
-                return Err(Error::invalid(format!("tasks[{index}].name"), format!("{:?} is used by another task", task.name)));
+                return Err(Error::invalid(
+                    format!("tasks[{index}].name"),
+                    format!("{:?} is used by another task", task.name),
+                ));
             }
         }
         let name: Arc<str> = Arc::from(self.name.as_str());
         let config = Arc::new(self.config);
-        let state = self.state.unwrap_or_else(|| Arc::new(InMemoryStateStore::default()));
+        let state = self
+            .state
+            .unwrap_or_else(|| Arc::new(InMemoryStateStore::default()));
         let events: Arc<[EventHandler]> = self.events.into();
         let tasks = self
             .tasks
             .into_iter()
-            .map(|task| Arc::new(TaskRuntime::new(name.clone(), task, config.clone(), state.clone(), events.clone())))
+            .map(|task| {
+                Arc::new(TaskRuntime::new(
+                    name.clone(),
+                    task,
+                    config.clone(),
+                    state.clone(),
+                    events.clone(),
+                ))
+            })
             .collect();
         Ok(OneStepApp {
             inner: Arc::new(AppInner {
@@ -136,7 +153,10 @@ impl AppBuilder {
                 resources: self.resources,
                 startup: self.startup,
                 shutdown: self.shutdown,
-                budget: ShutdownBudget { timeout: self.shutdown_timeout, cleanup: self.cleanup_timeout },
+                budget: ShutdownBudget {
+                    timeout: self.shutdown_timeout,
+                    cleanup: self.cleanup_timeout,
+                },
                 control: Arc::new(Control::new()),
             }),
         })
@@ -206,14 +226,24 @@ impl OneStepApp {
 
     /// The names of the app's tasks, in registration order.
     pub fn task_names(&self) -> Vec<String> {
-        self.inner.tasks.iter().map(|t| t.task_name.to_string()).collect()
+        self.inner
+            .tasks
+            .iter()
+            .map(|t| t.task_name.to_string())
+            .collect()
     }
 
     /// A handle to control the running app from elsewhere.
     pub fn handle(&self) -> AppHandle {
         AppHandle {
             control: self.inner.control.clone(),
-            tasks: self.inner.tasks.iter().map(|t| t.task_name.to_string()).collect::<Vec<_>>().into(),
+            tasks: self
+                .inner
+                .tasks
+                .iter()
+                .map(|t| t.task_name.to_string())
+                .collect::<Vec<_>>()
+                .into(),
         }
     }
 
@@ -281,14 +311,20 @@ impl OneStepApp {
         for resource in self.lifecycle_resources() {
             if let Err(err) = resource.open().await {
                 close_all(&opened).await;
-                return Err(Error::Lifecycle { context: format!("opening {}", resource.name()), source: Box::new(err) });
+                return Err(Error::Lifecycle {
+                    context: format!("opening {}", resource.name()),
+                    source: Box::new(err),
+                });
             }
             opened.push(resource);
         }
         for (index, hook) in self.inner.startup.iter().enumerate() {
             if let Err(err) = hook(self.handle()).await {
                 close_all(&opened).await;
-                return Err(Error::Lifecycle { context: format!("startup hook {}", index + 1), source: err });
+                return Err(Error::Lifecycle {
+                    context: format!("startup hook {}", index + 1),
+                    source: err,
+                });
             }
         }
         Ok(opened)
@@ -306,7 +342,12 @@ impl OneStepApp {
         let mut runners = JoinSet::new();
         for rt in &self.inner.tasks {
             if let Some(source) = &rt.task.source {
-                let runner = Runner::new(rt.clone(), source.clone(), self.inner.control.clone(), self.inner.budget);
+                let runner = Runner::new(
+                    rt.clone(),
+                    source.clone(),
+                    self.inner.control.clone(),
+                    self.inner.budget,
+                );
                 runners.spawn(runner.run());
             }
         }
@@ -434,7 +475,13 @@ impl AppHandle {
         if self.tasks.iter().any(|t| t == task) {
             Ok(())
         } else {
-            Err(Error::invalid("task", format!("{task:?} is not a task of this app (known: {})", self.tasks.join(", "))))
+            Err(Error::invalid(
+                "task",
+                format!(
+                    "{task:?} is not a task of this app (known: {})",
+                    self.tasks.join(", ")
+                ),
+            ))
         }
     }
 
@@ -448,7 +495,9 @@ impl AppHandle {
     /// [`request_drain`]: AppHandle::request_drain
     pub async fn wait_drained(&self) {
         let mut status = self.control.status.subscribe();
-        let _ = status.wait_for(|map| map.values().all(|s| *s != RunnerStatus::Running)).await;
+        let _ = status
+            .wait_for(|map| map.values().all(|s| *s != RunnerStatus::Running))
+            .await;
     }
 
     /// Waits until the runner of `task` is parked or stopped (after [`pause_task`]).
@@ -456,19 +505,26 @@ impl AppHandle {
     /// [`pause_task`]: AppHandle::pause_task
     pub async fn wait_task_parked(&self, task: &str) {
         let mut status = self.control.status.subscribe();
-        let _ = status.wait_for(|map| map.get(task).is_some_and(|s| *s != RunnerStatus::Running)).await;
+        let _ = status
+            .wait_for(|map| map.get(task).is_some_and(|s| *s != RunnerStatus::Running))
+            .await;
     }
 
     /// Waits until the runner of `task` is running again.
     pub async fn wait_task_running(&self, task: &str) {
         let mut status = self.control.status.subscribe();
-        let _ = status.wait_for(|map| map.get(task) == Some(&RunnerStatus::Running)).await;
+        let _ = status
+            .wait_for(|map| map.get(task) == Some(&RunnerStatus::Running))
+            .await;
     }
 }
 
 impl std::fmt::Debug for OneStepApp {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("OneStepApp").field("name", &self.inner.name).field("tasks", &self.task_names()).finish()
+        f.debug_struct("OneStepApp")
+            .field("name", &self.inner.name)
+            .field("tasks", &self.task_names())
+            .finish()
     }
 }
 

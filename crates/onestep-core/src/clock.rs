@@ -39,7 +39,9 @@ pub struct ManualClock {
 impl ManualClock {
     /// A clock stopped at `start`.
     pub fn new(start: OffsetDateTime) -> Self {
-        Self { now: Arc::new(Mutex::new(start)) }
+        Self {
+            now: Arc::new(Mutex::new(start)),
+        }
     }
 
     /// Moves the clock forward by `by`.

@@ -175,10 +175,17 @@ mod tests {
     #[test]
     fn only_disconnected_transient_and_throttled_are_retryable() {
         use ConnectorErrorKind::*;
-        let retryable: Vec<_> = [Disconnected, Transient, Throttled, Misconfigured, Permanent, Uncertain]
-            .into_iter()
-            .filter(|k| k.is_retryable())
-            .collect();
+        let retryable: Vec<_> = [
+            Disconnected,
+            Transient,
+            Throttled,
+            Misconfigured,
+            Permanent,
+            Uncertain,
+        ]
+        .into_iter()
+        .filter(|k| k.is_retryable())
+        .collect();
         assert_eq!(retryable, vec![Disconnected, Transient, Throttled]);
     }
 
@@ -199,10 +206,26 @@ mod tests {
 
     #[test]
     fn throttled_backoff_waits_at_least_one_second() {
-        let err = ConnectorOperationError::new("x", ConnectorOperation::Fetch, ConnectorErrorKind::Throttled, "s")
-            .with_retry_delay(Duration::from_millis(10));
-        assert_eq!(err.backoff(Duration::from_millis(5)), Duration::from_secs(1));
-        let err = ConnectorOperationError::new("x", ConnectorOperation::Fetch, ConnectorErrorKind::Transient, "s");
-        assert_eq!(err.backoff(Duration::from_millis(5)), Duration::from_millis(5));
+        let err = ConnectorOperationError::new(
+            "x",
+            ConnectorOperation::Fetch,
+            ConnectorErrorKind::Throttled,
+            "s",
+        )
+        .with_retry_delay(Duration::from_millis(10));
+        assert_eq!(
+            err.backoff(Duration::from_millis(5)),
+            Duration::from_secs(1)
+        );
+        let err = ConnectorOperationError::new(
+            "x",
+            ConnectorOperation::Fetch,
+            ConnectorErrorKind::Transient,
+            "s",
+        );
+        assert_eq!(
+            err.backoff(Duration::from_millis(5)),
+            Duration::from_millis(5)
+        );
     }
 }

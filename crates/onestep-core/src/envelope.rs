@@ -22,7 +22,11 @@ pub struct Envelope {
 impl Envelope {
     /// An envelope with `body`, no metadata and zero attempts.
     pub fn new(body: impl Into<Value>) -> Self {
-        Self { body: body.into(), meta: Map::new(), attempts: 0 }
+        Self {
+            body: body.into(),
+            meta: Map::new(),
+            attempts: 0,
+        }
     }
 
     /// Returns the envelope with `meta` set.

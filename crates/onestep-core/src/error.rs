@@ -37,7 +37,10 @@ pub enum Error {
 impl Error {
     /// Builds [`Error::InvalidArgument`] for `field` with a message saying what was expected.
     pub fn invalid(field: impl Into<String>, message: impl Into<String>) -> Self {
-        Self::InvalidArgument { field: field.into(), message: message.into() }
+        Self::InvalidArgument {
+            field: field.into(),
+            message: message.into(),
+        }
     }
 
     /// Wraps any error as [`Error::Other`].

@@ -93,7 +93,11 @@ pub(crate) fn dispatch(handlers: &[EventHandler], event: &TaskEvent) {
 fn log(event: &TaskEvent) {
     let duration_s = event.duration.map(|d| d.as_secs_f64());
     let (failure_kind, failure_type, failure_message) = match &event.failure {
-        Some(f) => (Some(f.kind.as_str()), Some(f.exception_type.as_str()), Some(f.message.as_str())),
+        Some(f) => (
+            Some(f.kind.as_str()),
+            Some(f.exception_type.as_str()),
+            Some(f.message.as_str()),
+        ),
         None => (None, None, None),
     };
     macro_rules! emit {

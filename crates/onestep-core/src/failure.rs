@@ -154,11 +154,13 @@ pub(crate) fn short_type_name<T: ?Sized>() -> String {
 impl<E: std::error::Error + Send + Sync + 'static> From<E> for TaskError {
     fn from(err: E) -> Self {
         let boxed: BoxError = Box::new(err);
-        let connector = boxed.downcast_ref::<ConnectorOperationError>().map(|c| ConnectorSummary {
-            backend: c.backend.clone(),
-            operation: c.operation.as_str().to_string(),
-            kind: c.kind.as_str().to_string(),
-        });
+        let connector = boxed
+            .downcast_ref::<ConnectorOperationError>()
+            .map(|c| ConnectorSummary {
+                backend: c.backend.clone(),
+                operation: c.operation.as_str().to_string(),
+                kind: c.kind.as_str().to_string(),
+            });
         Self(Box::new(TaskErrorInner {
             exception_type: short_type_name::<E>(),
             message: boxed.to_string(),
@@ -248,11 +250,18 @@ mod tests {
     #[test]
     fn connector_errors_keep_backend_operation_and_kind() {
         use crate::connector::{ConnectorErrorKind, ConnectorOperation};
-        let err: TaskError =
-            ConnectorOperationError::new("http", ConnectorOperation::Send, ConnectorErrorKind::Throttled, "hook")
-                .into();
+        let err: TaskError = ConnectorOperationError::new(
+            "http",
+            ConnectorOperation::Send,
+            ConnectorErrorKind::Throttled,
+            "hook",
+        )
+        .into();
         let summary = err.connector().unwrap();
-        assert_eq!((summary.backend.as_str(), summary.operation.as_str()), ("http", "send"));
+        assert_eq!(
+            (summary.backend.as_str(), summary.operation.as_str()),
+            ("http", "send")
+        );
         assert_eq!(summary.kind, "throttled");
         assert_eq!(err.exception_type(), "ConnectorOperationError");
     }

@@ -3,7 +3,7 @@
 //! An async task runtime: tasks consume deliveries from [sources](Source), run a typed handler,
 //! emit results to [sinks](Sink), and retry or dead-letter failures according to a
 //! [retry policy](retry). Tracked execution (an API submits, workers claim under a lease and store
-//! the result) lives in [`execution`]; SQL backends are in `onestep-sql` and `onestep-postgres`.
+//! the result) is being added to this crate; SQL backends are in `onestep-sql` and `onestep-postgres`.
 //!
 //! ```no_run
 //! use std::sync::Arc;
@@ -48,8 +48,11 @@ pub use envelope::Envelope;
 pub use error::{Error, Result};
 pub use event::{TaskEvent, TaskEventKind};
 pub use failure::{FailureInfo, FailureKind, Stage, TaskError};
-pub use retry::{ByFailureKind, ExponentialBackoff, Jitter, MaxAttempts, NoRetry, RetryAction, RetryPolicy};
+pub use retry::{
+    ByFailureKind, ExponentialBackoff, Jitter, MaxAttempts, NoRetry, RetryAction, RetryPolicy,
+};
 pub use runtime::control::RunnerStatus;
+pub use source::cron::CronSource;
 pub use source::interval::IntervalSource;
 pub use source::memory::MemoryQueue;
 pub use source::{Overlap, Resource, Sink, Source};

@@ -93,9 +93,15 @@ impl MaxAttempts {
     /// A policy allowing `max_attempts` runs in all; `max_attempts` must be at least 1.
     pub fn new(max_attempts: u32) -> Result<Self> {
         if max_attempts < 1 {
-            return Err(Error::invalid("max_attempts", format!("must be >= 1, got {max_attempts}")));
+            return Err(Error::invalid(
+                "max_attempts",
+                format!("must be >= 1, got {max_attempts}"),
+            ));
         }
-        Ok(Self { max_attempts, delay: None })
+        Ok(Self {
+            max_attempts,
+            delay: None,
+        })
     }
 
     /// Waits `delay` before each retry.
@@ -121,7 +127,11 @@ impl RetryPolicy for MaxAttempts {
 
     fn describe(&self) -> String {
         match self.delay {
-            Some(d) => format!("max_attempts({}, delay={}s)", self.max_attempts, d.as_secs_f64()),
+            Some(d) => format!(
+                "max_attempts({}, delay={}s)",
+                self.max_attempts,
+                d.as_secs_f64()
+            ),
             None => format!("max_attempts({})", self.max_attempts),
         }
     }
@@ -147,7 +157,10 @@ impl std::str::FromStr for Jitter {
             "none" => Ok(Self::None),
             "full" => Ok(Self::Full),
             "equal" => Ok(Self::Equal),
-            other => Err(Error::invalid("jitter", format!("must be one of none, full, equal; got {other:?}"))),
+            other => Err(Error::invalid(
+                "jitter",
+                format!("must be one of none, full, equal; got {other:?}"),
+            )),
         }
     }
 }
@@ -188,7 +201,10 @@ impl ExponentialBackoff {
         jitter: Jitter,
     ) -> Result<Self> {
         if max_attempts < 1 {
-            return Err(Error::invalid("max_attempts", format!("must be >= 1, got {max_attempts}")));
+            return Err(Error::invalid(
+                "max_attempts",
+                format!("must be >= 1, got {max_attempts}"),
+            ));
         }
         if max_delay < min_delay {
             return Err(Error::invalid(
@@ -201,9 +217,18 @@ impl ExponentialBackoff {
             ));
         }
         if !(multiplier.is_finite() && multiplier > 0.0) {
-            return Err(Error::invalid("multiplier", format!("must be a finite number > 0, got {multiplier}")));
+            return Err(Error::invalid(
+                "multiplier",
+                format!("must be a finite number > 0, got {multiplier}"),
+            ));
         }
-        Ok(Self { max_attempts, min_delay, max_delay, multiplier, jitter })
+        Ok(Self {
+            max_attempts,
+            min_delay,
+            max_delay,
+            multiplier,
+            jitter,
+        })
     }
 
     /// Validates and builds a policy from seconds, as YAML gives them.
@@ -221,8 +246,13 @@ impl ExponentialBackoff {
 
     /// The delay before the retry that follows attempt number `attempts` (0-based), before jitter.
     pub fn base_delay(&self, attempts: u32) -> Duration {
-        let raw = self.min_delay.as_secs_f64() * self.multiplier.powi(attempts.min(i32::MAX as u32) as i32);
-        let capped = if raw.is_finite() { raw.min(self.max_delay.as_secs_f64()) } else { self.max_delay.as_secs_f64() };
+        let raw = self.min_delay.as_secs_f64()
+            * self.multiplier.powi(attempts.min(i32::MAX as u32) as i32);
+        let capped = if raw.is_finite() {
+            raw.min(self.max_delay.as_secs_f64())
+        } else {
+            self.max_delay.as_secs_f64()
+        };
         Duration::from_secs_f64(capped.max(0.0))
     }
 
@@ -244,7 +274,10 @@ impl ExponentialBackoff {
 
 fn secs(field: &str, value: f64) -> Result<Duration> {
     if !value.is_finite() || value < 0.0 {
-        return Err(Error::invalid(field, format!("must be a finite number >= 0, got {value}")));
+        return Err(Error::invalid(
+            field,
+            format!("must be a finite number >= 0, got {value}"),
+        ));
     }
     Ok(Duration::from_secs_f64(value))
 }
@@ -254,7 +287,9 @@ impl RetryPolicy for ExponentialBackoff {
         if envelope.attempts.saturating_add(1) >= self.max_attempts {
             RetryAction::Fail
         } else {
-            RetryAction::Retry { delay: Some(self.delay(envelope.attempts)) }
+            RetryAction::Retry {
+                delay: Some(self.delay(envelope.attempts)),
+            }
         }
     }
 
@@ -337,10 +372,22 @@ mod tests {
 
     #[test]
     fn max_attempts_three_allows_two_retries() {
-        let p = MaxAttempts::new(3).unwrap().with_delay(Duration::from_secs(2));
+        let p = MaxAttempts::new(3)
+            .unwrap()
+            .with_delay(Duration::from_secs(2));
         let f = failure(FailureKind::Error);
-        assert_eq!(p.on_error(&attempt(0), &f), RetryAction::Retry { delay: Some(Duration::from_secs(2)) });
-        assert_eq!(p.on_error(&attempt(1), &f), RetryAction::Retry { delay: Some(Duration::from_secs(2)) });
+        assert_eq!(
+            p.on_error(&attempt(0), &f),
+            RetryAction::Retry {
+                delay: Some(Duration::from_secs(2))
+            }
+        );
+        assert_eq!(
+            p.on_error(&attempt(1), &f),
+            RetryAction::Retry {
+                delay: Some(Duration::from_secs(2))
+            }
+        );
         assert_eq!(p.on_error(&attempt(2), &f), RetryAction::Fail);
     }
 
@@ -348,13 +395,25 @@ mod tests {
     fn zero_max_attempts_is_rejected_with_field_name() {
         let err = MaxAttempts::new(0).unwrap_err().to_string();
         assert_eq!(err, "max_attempts must be >= 1, got 0");
-        let err = ExponentialBackoff::from_secs(3, 5.0, 1.0, 2.0, Jitter::None).unwrap_err().to_string();
+        let err = ExponentialBackoff::from_secs(3, 5.0, 1.0, 2.0, Jitter::None)
+            .unwrap_err()
+            .to_string();
         assert_eq!(err, "max_delay_s must be >= min_delay_s (5), got 1");
-        let err = ExponentialBackoff::from_secs(3, 1.0, 2.0, 0.0, Jitter::None).unwrap_err().to_string();
+        let err = ExponentialBackoff::from_secs(3, 1.0, 2.0, 0.0, Jitter::None)
+            .unwrap_err()
+            .to_string();
         assert_eq!(err, "multiplier must be a finite number > 0, got 0");
-        let err = ExponentialBackoff::from_secs(3, -1.0, 2.0, 2.0, Jitter::None).unwrap_err().to_string();
+        let err = ExponentialBackoff::from_secs(3, -1.0, 2.0, 2.0, Jitter::None)
+            .unwrap_err()
+            .to_string();
         assert_eq!(err, "min_delay_s must be a finite number >= 0, got -1");
-        assert!("sideways".parse::<Jitter>().unwrap_err().to_string().starts_with("jitter must be one of"));
+        assert!(
+            "sideways"
+                .parse::<Jitter>()
+                .unwrap_err()
+                .to_string()
+                .starts_with("jitter must be one of")
+        );
     }
 
     #[test]
@@ -363,7 +422,12 @@ mod tests {
         let delays: Vec<u64> = (0..8).map(|n| p.base_delay(n).as_secs()).collect();
         assert_eq!(delays, vec![1, 2, 4, 8, 16, 32, 60, 60]);
         let f = failure(FailureKind::Error);
-        assert_eq!(p.on_error(&attempt(2), &f), RetryAction::Retry { delay: Some(Duration::from_secs(4)) });
+        assert_eq!(
+            p.on_error(&attempt(2), &f),
+            RetryAction::Retry {
+                delay: Some(Duration::from_secs(4))
+            }
+        );
         assert_eq!(p.on_error(&attempt(7), &f), RetryAction::Fail);
     }
 
@@ -375,10 +439,17 @@ mod tests {
             for n in 0..6 {
                 let base = full.base_delay(n).as_secs_f64();
                 let d = full.delay(n).as_secs_f64();
-                assert!((0.0..=base).contains(&d), "full jitter {d} outside [0, {base}]");
+                assert!(
+                    (0.0..=base).contains(&d),
+                    "full jitter {d} outside [0, {base}]"
+                );
                 let d = equal.delay(n).as_secs_f64();
                 let high = (1.5 * base).min(10.0);
-                assert!(d >= base / 2.0 - 1e-9 && d <= high + 1e-9, "equal jitter {d} outside [{}, {high}]", base / 2.0);
+                assert!(
+                    d >= base / 2.0 - 1e-9 && d <= high + 1e-9,
+                    "equal jitter {d} outside [{}, {high}]",
+                    base / 2.0
+                );
             }
         }
     }
@@ -389,10 +460,22 @@ mod tests {
             .on(FailureKind::Timeout, MaxAttempts::new(5).unwrap())
             .build()
             .unwrap();
-        assert_eq!(p.on_error(&attempt(0), &failure(FailureKind::Timeout)), RetryAction::Retry { delay: None });
-        assert_eq!(p.on_error(&attempt(0), &failure(FailureKind::Error)), RetryAction::Fail);
-        let p = ByFailureKind::builder().default_policy(MaxAttempts::new(2).unwrap()).build().unwrap();
-        assert_eq!(p.on_error(&attempt(0), &failure(FailureKind::Error)), RetryAction::Retry { delay: None });
+        assert_eq!(
+            p.on_error(&attempt(0), &failure(FailureKind::Timeout)),
+            RetryAction::Retry { delay: None }
+        );
+        assert_eq!(
+            p.on_error(&attempt(0), &failure(FailureKind::Error)),
+            RetryAction::Fail
+        );
+        let p = ByFailureKind::builder()
+            .default_policy(MaxAttempts::new(2).unwrap())
+            .build()
+            .unwrap();
+        assert_eq!(
+            p.on_error(&attempt(0), &failure(FailureKind::Error)),
+            RetryAction::Retry { delay: None }
+        );
         assert!(ByFailureKind::builder().build().is_err());
     }
 }

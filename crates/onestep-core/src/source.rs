@@ -1,11 +1,10 @@
 //! Where deliveries come from ([`Source`]), where results go ([`Sink`]), and the lifecycle both
 //! share ([`Resource`]). Built-in sources live in the submodules.
 
-// cron arrives with its expression parser
-//pub mod cron;
+pub mod cron;
 pub mod interval;
 pub mod memory;
-mod schedule;
+pub mod schedule;
 
 use std::time::Duration;
 

@@ -62,16 +62,27 @@ pub struct InMemoryStateStore {
 #[async_trait]
 impl StateStore for InMemoryStateStore {
     async fn load(&self, key: &str) -> Result<Option<Value>> {
-        Ok(self.values.lock().unwrap_or_else(|p| p.into_inner()).get(key).cloned())
+        Ok(self
+            .values
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(key)
+            .cloned())
     }
 
     async fn save(&self, key: &str, value: Value) -> Result<()> {
-        self.values.lock().unwrap_or_else(|p| p.into_inner()).insert(key.to_string(), value);
+        self.values
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(key.to_string(), value);
         Ok(())
     }
 
     async fn delete(&self, key: &str) -> Result<()> {
-        self.values.lock().unwrap_or_else(|p| p.into_inner()).remove(key);
+        self.values
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(key);
         Ok(())
     }
 }
@@ -103,7 +114,10 @@ pub struct ScopedState {
 impl ScopedState {
     /// A view of `store` under `scope`.
     pub fn new(store: Arc<dyn StateStore>, scope: impl Into<String>) -> Self {
-        Self { store, scope: scope.into() }
+        Self {
+            store,
+            scope: scope.into(),
+        }
     }
 
     /// The scope prefix (without the trailing `:`).
@@ -113,7 +127,10 @@ impl ScopedState {
 
     /// A nested view under `<scope>:<name>`.
     pub fn child(&self, name: &str) -> Self {
-        Self { store: self.store.clone(), scope: format!("{}:{name}", self.scope) }
+        Self {
+            store: self.store.clone(),
+            scope: format!("{}:{name}", self.scope),
+        }
     }
 
     fn key(&self, key: &str) -> String {
@@ -138,7 +155,9 @@ impl ScopedState {
 
 impl std::fmt::Debug for ScopedState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ScopedState").field("scope", &self.scope).finish()
+        f.debug_struct("ScopedState")
+            .field("scope", &self.scope)
+            .finish()
     }
 }
 

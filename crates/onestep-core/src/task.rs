@@ -20,12 +20,17 @@ use crate::state::ScopedState;
 /// A boxed, sendable future.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
-pub(crate) type ErasedHandler = Arc<dyn Fn(TaskContext, Value) -> BoxFuture<'static, Result<Value, TaskError>> + Send + Sync>;
-pub(crate) type BeforeHook = Arc<dyn Fn(TaskContext, Value) -> BoxFuture<'static, Result<(), TaskError>> + Send + Sync>;
-pub(crate) type AfterSuccessHook =
-    Arc<dyn Fn(TaskContext, Value, Value) -> BoxFuture<'static, Result<(), TaskError>> + Send + Sync>;
-pub(crate) type FailureHook = Arc<dyn Fn(TaskContext, Value, FailureInfo) -> BoxFuture<'static, ()> + Send + Sync>;
-type Transform = Arc<dyn Fn(&TaskContext, &Value, &Value) -> Result<Value, TaskError> + Send + Sync>;
+pub(crate) type ErasedHandler =
+    Arc<dyn Fn(TaskContext, Value) -> BoxFuture<'static, Result<Value, TaskError>> + Send + Sync>;
+pub(crate) type BeforeHook =
+    Arc<dyn Fn(TaskContext, Value) -> BoxFuture<'static, Result<(), TaskError>> + Send + Sync>;
+pub(crate) type AfterSuccessHook = Arc<
+    dyn Fn(TaskContext, Value, Value) -> BoxFuture<'static, Result<(), TaskError>> + Send + Sync,
+>;
+pub(crate) type FailureHook =
+    Arc<dyn Fn(TaskContext, Value, FailureInfo) -> BoxFuture<'static, ()> + Send + Sync>;
+type Transform =
+    Arc<dyn Fn(&TaskContext, &Value, &Value) -> Result<Value, TaskError> + Send + Sync>;
 type Predicate = Arc<dyn Fn(&TaskContext, &Value, &Value) -> Result<bool, TaskError> + Send + Sync>;
 
 /// What a handler and its hooks can see and do while processing one delivery.
@@ -91,19 +96,29 @@ impl TaskContext {
 
     /// Sends `body` to the sink named `sink`, or to every emit sink of the task when `None`.
     /// Not retried.
-    pub async fn emit(&self, body: Value, sink: Option<&str>, meta: Map<String, Value>) -> Result<()> {
+    pub async fn emit(
+        &self,
+        body: Value,
+        sink: Option<&str>,
+        meta: Map<String, Value>,
+    ) -> Result<()> {
         let targets: Vec<&Arc<dyn Sink>> = match sink {
             Some(name) => {
                 let found: Vec<_> = self.sinks.iter().filter(|s| s.name() == name).collect();
                 if found.is_empty() {
-                    return Err(Error::invalid("sink", format!("{name:?} is not an emit sink of task {}", self.task_name)));
+                    return Err(Error::invalid(
+                        "sink",
+                        format!("{name:?} is not an emit sink of task {}", self.task_name),
+                    ));
                 }
                 found
             }
             None => self.sinks.iter().collect(),
         };
         for target in targets {
-            target.send(Envelope::new(body.clone()).with_meta(meta.clone())).await?;
+            target
+                .send(Envelope::new(body.clone()).with_meta(meta.clone()))
+                .await?;
         }
         Ok(())
     }
@@ -129,7 +144,10 @@ pub struct EmitBinding {
 impl EmitBinding {
     /// Sends the handler's result as is.
     pub fn new(sink: Arc<dyn Sink>) -> Self {
-        Self { sink, transform: None }
+        Self {
+            sink,
+            transform: None,
+        }
     }
 
     /// Sends `transform(ctx, payload, result)` instead of the result.
@@ -161,7 +179,11 @@ impl EmitRoute {
     where
         F: Fn(&TaskContext, &Value, &Value) -> Result<bool, TaskError> + Send + Sync + 'static,
     {
-        Self { when: Arc::new(when), then, otherwise }
+        Self {
+            when: Arc::new(when),
+            then,
+            otherwise,
+        }
     }
 }
 
@@ -178,7 +200,12 @@ impl Emit {
     pub(crate) fn sinks(&self) -> Vec<Arc<dyn Sink>> {
         match self {
             Self::Binding(b) => vec![b.sink.clone()],
-            Self::Route(r) => r.then.iter().chain(&r.otherwise).map(|b| b.sink.clone()).collect(),
+            Self::Route(r) => r
+                .then
+                .iter()
+                .chain(&r.otherwise)
+                .map(|b| b.sink.clone())
+                .collect(),
         }
     }
 }
@@ -359,11 +386,18 @@ impl Task {
             let handler = handler.clone();
             Box::pin(async move {
                 let input: I = serde_json::from_value(body).map_err(|e| {
-                    TaskError::new("InvalidInput", format!("task input does not match the handler's input type: {e}"))
+                    TaskError::new(
+                        "InvalidInput",
+                        format!("task input does not match the handler's input type: {e}"),
+                    )
                 })?;
                 let output = handler(ctx, input).await.map_err(Into::into)?;
-                serde_json::to_value(output)
-                    .map_err(|e| TaskError::new("InvalidOutput", format!("task result cannot be serialized to JSON: {e}")))
+                serde_json::to_value(output).map_err(|e| {
+                    TaskError::new(
+                        "InvalidOutput",
+                        format!("task result cannot be serialized to JSON: {e}"),
+                    )
+                })
             }) as BoxFuture<'static, Result<Value, TaskError>>
         }));
         self
@@ -386,7 +420,9 @@ impl Task {
         F: Fn(TaskContext, Value, Value) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = std::result::Result<(), TaskError>> + Send + 'static,
     {
-        self.hooks.after_success = Some(Arc::new(move |ctx, payload, result| Box::pin(hook(ctx, payload, result))));
+        self.hooks.after_success = Some(Arc::new(move |ctx, payload, result| {
+            Box::pin(hook(ctx, payload, result))
+        }));
         self
     }
 
@@ -396,7 +432,9 @@ impl Task {
         F: Fn(TaskContext, Value, FailureInfo) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = ()> + Send + 'static,
     {
-        self.hooks.on_failure = Some(Arc::new(move |ctx, payload, failure| Box::pin(hook(ctx, payload, failure))));
+        self.hooks.on_failure = Some(Arc::new(move |ctx, payload, failure| {
+            Box::pin(hook(ctx, payload, failure))
+        }));
         self
     }
 
@@ -408,16 +446,25 @@ impl Task {
     pub(crate) fn validate(&self, index: usize) -> Result<()> {
         let field = |f: &str| format!("tasks[{index}] ({}).{f}", self.name);
         if self.name.trim().is_empty() {
-            return Err(Error::invalid(format!("tasks[{index}].name"), "must be a non-empty string"));
+            return Err(Error::invalid(
+                format!("tasks[{index}].name"),
+                "must be a non-empty string",
+            ));
         }
         if self.concurrency < 1 {
-            return Err(Error::invalid(field("concurrency"), format!("must be >= 1, got {}", self.concurrency)));
+            return Err(Error::invalid(
+                field("concurrency"),
+                format!("must be >= 1, got {}", self.concurrency),
+            ));
         }
         if self.timeout.is_some_and(|t| t.is_zero()) {
             return Err(Error::invalid(field("timeout_s"), "must be > 0, got 0"));
         }
         if self.handler.is_none() && self.emit.is_empty() {
-            return Err(Error::invalid(field("handler"), "is required when the task has no emit targets"));
+            return Err(Error::invalid(
+                field("handler"),
+                "is required when the task has no emit targets",
+            ));
         }
         if let Some(source) = &self.source {
             source.validate_task(&self.name)?;
@@ -430,7 +477,10 @@ impl std::fmt::Debug for Task {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Task")
             .field("name", &self.name)
-            .field("source", &self.source.as_ref().map(|s| s.name().to_string()))
+            .field(
+                "source",
+                &self.source.as_ref().map(|s| s.name().to_string()),
+            )
             .field("concurrency", &self.concurrency)
             .field("retry", &self.retry)
             .field("timeout", &self.timeout)

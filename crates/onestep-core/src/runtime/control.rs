@@ -40,10 +40,14 @@ pub(crate) struct Control {
 
 impl Control {
     pub(crate) fn new() -> Self {
-        Self { state: watch::Sender::new(ControlState::default()), status: watch::Sender::new(StatusMap::new()) }
+        Self {
+            state: watch::Sender::new(ControlState::default()),
+            status: watch::Sender::new(StatusMap::new()),
+        }
     }
 
     pub(crate) fn set_status(&self, task: &str, status: RunnerStatus) {
-        self.status.send_if_modified(|map| map.insert(task.to_string(), status) != Some(status));
+        self.status
+            .send_if_modified(|map| map.insert(task.to_string(), status) != Some(status));
     }
 }

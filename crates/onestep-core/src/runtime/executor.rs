@@ -49,7 +49,10 @@ impl StageCell {
     }
 
     fn get(&self) -> Stage {
-        STAGES.get(self.0.load(Ordering::Relaxed) as usize).copied().unwrap_or(Stage::DeliveryAction)
+        STAGES
+            .get(self.0.load(Ordering::Relaxed) as usize)
+            .copied()
+            .unwrap_or(Stage::DeliveryAction)
     }
 }
 
@@ -61,7 +64,11 @@ enum Outcome {
 }
 
 /// Processes one delivery to the end. Never panics on user code: a panicking handler is a failure.
-pub(crate) async fn execute(rt: Arc<TaskRuntime>, mut delivery: Box<dyn Delivery>, cancel: CancellationToken) {
+pub(crate) async fn execute(
+    rt: Arc<TaskRuntime>,
+    mut delivery: Box<dyn Delivery>,
+    cancel: CancellationToken,
+) {
     let started = Instant::now();
     let envelope = Arc::new(delivery.envelope().clone());
     let ctx = rt.context(envelope.clone(), cancel.clone());
@@ -88,14 +95,21 @@ pub(crate) async fn execute(rt: Arc<TaskRuntime>, mut delivery: Box<dyn Delivery
     let elapsed = Some(started.elapsed());
     match outcome {
         Outcome::Succeeded => rt.emit(TaskEventKind::Succeeded, &envelope, elapsed, None),
-        Outcome::Failed(failure) => handle_failure(&rt, delivery.as_mut(), &ctx, &envelope, failure, started).await,
+        Outcome::Failed(failure) => {
+            handle_failure(&rt, delivery.as_mut(), &ctx, &envelope, failure, started).await
+        }
         Outcome::Cancelled(at) => {
             let failure = FailureInfo::cancelled(at, "the attempt was cancelled");
             rt.emit(TaskEventKind::Cancelled, &envelope, elapsed, Some(&failure));
             if let Err(err) = delivery.retry(None).await {
                 tracing::error!(task = %rt.task_name, error = %err, "could not retry a cancelled delivery");
             }
-            rt.emit(TaskEventKind::Retried, &envelope, Some(started.elapsed()), Some(&failure));
+            rt.emit(
+                TaskEventKind::Retried,
+                &envelope,
+                Some(started.elapsed()),
+                Some(&failure),
+            );
         }
     }
 }
@@ -114,7 +128,12 @@ fn fail_at(stage: Stage, err: &TaskError) -> Outcome {
     Outcome::Failed(FailureInfo::from_error(FailureKind::Error, stage, err))
 }
 
-async fn process(rt: &TaskRuntime, delivery: &mut dyn Delivery, ctx: &TaskContext, stage: &StageCell) -> Outcome {
+async fn process(
+    rt: &TaskRuntime,
+    delivery: &mut dyn Delivery,
+    ctx: &TaskContext,
+    stage: &StageCell,
+) -> Outcome {
     let task = &rt.task;
     stage.set(Stage::DeliveryAction);
     if let Err(err) = delivery.start_processing().await {
@@ -195,7 +214,11 @@ fn select_bindings<'a>(
         match target {
             Emit::Binding(binding) => selected.push(binding),
             Emit::Route(route) => {
-                let branch = if (route.when)(ctx, payload, result)? { &route.then } else { &route.otherwise };
+                let branch = if (route.when)(ctx, payload, result)? {
+                    &route.then
+                } else {
+                    &route.otherwise
+                };
                 selected.extend(branch.iter());
             }
         }
@@ -204,7 +227,11 @@ fn select_bindings<'a>(
 }
 
 /// Sends to one sink; a retryable connector error is tried once more after its back-off.
-async fn send_with_retry(binding: &EmitBinding, body: Value, ctx: &TaskContext) -> Result<(), TaskError> {
+async fn send_with_retry(
+    binding: &EmitBinding,
+    body: Value,
+    ctx: &TaskContext,
+) -> Result<(), TaskError> {
     let envelope = Envelope::new(body);
     match binding.sink.send(envelope.clone()).await {
         Ok(()) => Ok(()),
@@ -226,7 +253,7 @@ async fn handle_failure(
     failure: FailureInfo,
     started: Instant,
 ) {
-    tracing::warn!(
+    tracing::debug!(
         task = %rt.task_name,
         failure_kind = failure.kind.as_str(),
         stage = failure.stage.as_str(),
@@ -236,7 +263,8 @@ async fn handle_failure(
         failure.message
     );
     if let Some(hook) = &rt.task.hooks.on_failure {
-        let call = AssertUnwindSafe(hook(ctx.clone(), envelope.body.clone(), failure.clone())).catch_unwind();
+        let call = AssertUnwindSafe(hook(ctx.clone(), envelope.body.clone(), failure.clone()))
+            .catch_unwind();
         if call.await.is_err() {
             tracing::error!(task = %rt.task_name, "on_failure hook panicked");
         }
@@ -246,7 +274,12 @@ async fn handle_failure(
             if let Err(err) = delivery.retry(delay).await {
                 tracing::error!(task = %rt.task_name, error = %err, "could not schedule a retry");
             }
-            rt.emit(TaskEventKind::Retried, envelope, Some(started.elapsed()), Some(&failure));
+            rt.emit(
+                TaskEventKind::Retried,
+                envelope,
+                Some(started.elapsed()),
+                Some(&failure),
+            );
         }
         RetryAction::Fail => {
             if !rt.task.dead_letter.is_empty() {
@@ -260,21 +293,41 @@ async fn handle_failure(
                         if let Err(err) = delivery.retry(None).await {
                             tracing::error!(task = %rt.task_name, error = %err, "could not schedule a retry");
                         }
-                        rt.emit(TaskEventKind::Retried, envelope, Some(started.elapsed()), Some(&failure));
+                        rt.emit(
+                            TaskEventKind::Retried,
+                            envelope,
+                            Some(started.elapsed()),
+                            Some(&failure),
+                        );
                         return;
                     }
                 }
-                rt.emit(TaskEventKind::DeadLettered, envelope, Some(started.elapsed()), Some(&failure));
+                rt.emit(
+                    TaskEventKind::DeadLettered,
+                    envelope,
+                    Some(started.elapsed()),
+                    Some(&failure),
+                );
             }
             if let Err(err) = delivery.fail(&failure).await {
                 tracing::error!(task = %rt.task_name, error = %err, "could not fail the delivery; retrying it instead");
                 if let Err(err) = delivery.retry(None).await {
                     tracing::error!(task = %rt.task_name, error = %err, "could not schedule a retry");
                 }
-                rt.emit(TaskEventKind::Retried, envelope, Some(started.elapsed()), Some(&failure));
+                rt.emit(
+                    TaskEventKind::Retried,
+                    envelope,
+                    Some(started.elapsed()),
+                    Some(&failure),
+                );
                 return;
             }
-            rt.emit(TaskEventKind::Failed, envelope, Some(started.elapsed()), Some(&failure));
+            rt.emit(
+                TaskEventKind::Failed,
+                envelope,
+                Some(started.elapsed()),
+                Some(&failure),
+            );
         }
     }
 }

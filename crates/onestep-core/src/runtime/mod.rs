@@ -58,7 +58,11 @@ impl TaskRuntime {
         self.task.source.as_ref().map(|s| s.name().to_string())
     }
 
-    pub(crate) fn context(&self, envelope: Arc<Envelope>, cancellation: CancellationToken) -> TaskContext {
+    pub(crate) fn context(
+        &self,
+        envelope: Arc<Envelope>,
+        cancellation: CancellationToken,
+    ) -> TaskContext {
         TaskContext {
             app_name: self.app_name.clone(),
             task_name: self.task_name.clone(),
@@ -66,7 +70,10 @@ impl TaskRuntime {
             task_config: self.task_config.clone(),
             envelope,
             cancellation,
-            state: ScopedState::new(self.state.clone(), format!("{}:{}", self.app_name, self.task_name)),
+            state: ScopedState::new(
+                self.state.clone(),
+                format!("{}:{}", self.app_name, self.task_name),
+            ),
             sinks: self.sinks.clone(),
         }
     }
@@ -93,10 +100,17 @@ impl TaskRuntime {
     }
 
     /// The dead-letter envelope for a failed delivery, in the reference's shape.
-    pub(crate) fn dead_letter_envelope(&self, envelope: &Envelope, failure: &FailureInfo) -> Envelope {
+    pub(crate) fn dead_letter_envelope(
+        &self,
+        envelope: &Envelope,
+        failure: &FailureInfo,
+    ) -> Envelope {
         let mut failure_body = Map::new();
         failure_body.insert("kind".into(), Value::from(failure.kind.as_str()));
-        failure_body.insert("exception_type".into(), Value::from(failure.exception_type.clone()));
+        failure_body.insert(
+            "exception_type".into(),
+            Value::from(failure.exception_type.clone()),
+        );
         failure_body.insert("message".into(), Value::from(failure.message.clone()));
         let mut body = Map::new();
         body.insert("payload".into(), envelope.body.clone());
@@ -104,7 +118,10 @@ impl TaskRuntime {
         let mut meta = Map::new();
         meta.insert("app".into(), Value::from(self.app_name.to_string()));
         meta.insert("task".into(), Value::from(self.task_name.to_string()));
-        meta.insert("source".into(), self.source_name().map(Value::from).unwrap_or(Value::Null));
+        meta.insert(
+            "source".into(),
+            self.source_name().map(Value::from).unwrap_or(Value::Null),
+        );
         meta.insert("original_meta".into(), Value::Object(envelope.meta.clone()));
         meta.insert("original_attempts".into(), Value::from(envelope.attempts));
         Envelope::new(Value::Object(body)).with_meta(meta)

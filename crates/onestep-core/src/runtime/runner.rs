@@ -33,8 +33,20 @@ pub(crate) struct Runner {
 }
 
 impl Runner {
-    pub(crate) fn new(rt: Arc<TaskRuntime>, source: Arc<dyn Source>, control: Arc<Control>, budget: ShutdownBudget) -> Self {
-        Self { rt, source, control, budget, inflight: JoinSet::new(), attempts: CancellationToken::new() }
+    pub(crate) fn new(
+        rt: Arc<TaskRuntime>,
+        source: Arc<dyn Source>,
+        control: Arc<Control>,
+        budget: ShutdownBudget,
+    ) -> Self {
+        Self {
+            rt,
+            source,
+            control,
+            budget,
+            inflight: JoinSet::new(),
+            attempts: CancellationToken::new(),
+        }
     }
 
     fn task(&self) -> &str {
@@ -115,9 +127,11 @@ impl Runner {
                         continue;
                     }
                     for delivery in deliveries {
-                        self.rt.emit(TaskEventKind::Fetched, delivery.envelope(), None, None);
+                        self.rt
+                            .emit(TaskEventKind::Fetched, delivery.envelope(), None, None);
                         let token = self.attempts.child_token();
-                        self.inflight.spawn(execute(self.rt.clone(), delivery, token));
+                        self.inflight
+                            .spawn(execute(self.rt.clone(), delivery, token));
                     }
                 }
             }
@@ -143,8 +157,11 @@ impl Runner {
             }
         }
         self.control.set_status(&task, RunnerStatus::Parked);
-        let _ = control.wait_for(|s| s.shutdown || !s.stops_fetching(&task)).await;
+        let _ = control
+            .wait_for(|s| s.shutdown || !s.stops_fetching(&task))
+            .await;
         if !control.borrow().shutdown {
+            self.source.resume_after_pause();
             self.control.set_status(&task, RunnerStatus::Running);
         }
     }
@@ -170,14 +187,19 @@ impl Runner {
                 join_all(&mut self.inflight, &task).await;
                 true
             }
-            Some(limit) => tokio::time::timeout(limit, join_all(&mut self.inflight, &task)).await.is_ok(),
+            Some(limit) => tokio::time::timeout(limit, join_all(&mut self.inflight, &task))
+                .await
+                .is_ok(),
         };
         if finished {
             return;
         }
         tracing::warn!(task = %task, inflight = self.inflight.len(), "shutdown timeout reached; cancelling in-flight deliveries");
         self.attempts.cancel();
-        if tokio::time::timeout(self.budget.cleanup, join_all(&mut self.inflight, &task)).await.is_err() {
+        if tokio::time::timeout(self.budget.cleanup, join_all(&mut self.inflight, &task))
+            .await
+            .is_err()
+        {
             tracing::error!(task = %task, inflight = self.inflight.len(), "in-flight cleanup exceeded its budget; aborting");
             self.inflight.abort_all();
             join_all(&mut self.inflight, &task).await;
@@ -203,7 +225,11 @@ async fn wait_stop(control: &mut watch::Receiver<ControlState>, task: &str) {
     let _ = control.wait_for(|s| s.stops_fetching(task)).await;
 }
 
-async fn sleep_unless_stopped(delay: Duration, control: &mut watch::Receiver<ControlState>, task: &str) {
+async fn sleep_unless_stopped(
+    delay: Duration,
+    control: &mut watch::Receiver<ControlState>,
+    task: &str,
+) {
     tokio::select! {
         _ = tokio::time::sleep(delay) => {}
         _ = wait_stop(control, task) => {}

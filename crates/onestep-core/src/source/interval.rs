@@ -60,7 +60,10 @@ impl IntervalSource {
             return Err(Error::invalid("interval", "must be greater than zero"));
         }
         let poll = (every / 10).clamp(Duration::from_millis(10), Duration::from_secs(1));
-        Ok(ScheduleBuilder { schedule: IntervalSchedule { every }, options: ScheduleOptions::new(poll) })
+        Ok(ScheduleBuilder {
+            schedule: IntervalSchedule { every },
+            options: ScheduleOptions::new(poll),
+        })
     }
 }
 
@@ -112,8 +115,12 @@ impl<S: Schedule> ScheduleBuilder<S> {
 
     /// The IANA time zone runs are computed and reported in (default: the system's).
     pub fn time_zone(mut self, name: &str) -> Result<Self> {
-        self.options.time_zone = jiff::tz::TimeZone::get(name)
-            .map_err(|e| Error::invalid("timezone", format!("{name:?} is not a known IANA time zone: {e}")))?;
+        self.options.time_zone = jiff::tz::TimeZone::get(name).map_err(|e| {
+            Error::invalid(
+                "timezone",
+                format!("{name:?} is not a known IANA time zone: {e}"),
+            )
+        })?;
         Ok(self)
     }
 
@@ -185,12 +192,18 @@ mod tests {
         let mut first = s.fetch(10).await.unwrap();
         assert_eq!(first.len(), 1);
         clock.advance(Duration::from_secs(20));
-        assert!(s.fetch(10).await.unwrap().is_empty(), "in flight: due runs are skipped");
+        assert!(
+            s.fetch(10).await.unwrap().is_empty(),
+            "in flight: due runs are skipped"
+        );
         first[0].ack().await.unwrap();
         clock.advance(Duration::from_secs(25));
         let runs = s.fetch(10).await.unwrap();
         assert_eq!(runs.len(), 1);
-        assert_eq!(runs[0].envelope().meta["scheduled_at"], "2026-01-01T00:00:50+00:00");
+        assert_eq!(
+            runs[0].envelope().meta["scheduled_at"],
+            "2026-01-01T00:00:50+00:00"
+        );
     }
 
     #[tokio::test]
@@ -210,11 +223,18 @@ mod tests {
         let mut first = s.fetch(10).await.unwrap();
         clock.advance(Duration::from_secs(30));
         assert!(s.fetch(10).await.unwrap().is_empty());
-        assert_eq!(s.queued_runs(), 2, "three runs were due, the oldest was dropped");
+        assert_eq!(
+            s.queued_runs(),
+            2,
+            "three runs were due, the oldest was dropped"
+        );
         first[0].ack().await.unwrap();
         let next = s.fetch(10).await.unwrap();
         assert_eq!(next.len(), 1);
-        assert_eq!(next[0].envelope().meta["scheduled_at"], "2026-01-01T00:00:30+00:00");
+        assert_eq!(
+            next[0].envelope().meta["scheduled_at"],
+            "2026-01-01T00:00:30+00:00"
+        );
     }
 
     #[tokio::test]
@@ -243,16 +263,29 @@ mod tests {
             .clock(Arc::new(clock.clone()))
             .build();
         let runs = s.fetch(1).await.unwrap();
-        assert_eq!(runs[0].envelope().meta["scheduled_at"], "2026-01-01T08:00:00+08:00");
+        assert_eq!(
+            runs[0].envelope().meta["scheduled_at"],
+            "2026-01-01T08:00:00+08:00"
+        );
     }
 
     #[test]
     fn zero_interval_and_unknown_zone_are_rejected() {
         assert_eq!(
-            IntervalSource::every(Duration::ZERO).err().unwrap().to_string(),
+            IntervalSource::every(Duration::ZERO)
+                .err()
+                .unwrap()
+                .to_string(),
             "interval must be greater than zero"
         );
-        let err = IntervalSource::every(Duration::from_secs(1)).unwrap().time_zone("Mars/Olympus").err().unwrap();
-        assert!(err.to_string().starts_with("timezone \"Mars/Olympus\" is not a known IANA time zone"));
+        let err = IntervalSource::every(Duration::from_secs(1))
+            .unwrap()
+            .time_zone("Mars/Olympus")
+            .err()
+            .unwrap();
+        assert!(
+            err.to_string()
+                .starts_with("timezone \"Mars/Olympus\" is not a known IANA time zone")
+        );
     }
 }

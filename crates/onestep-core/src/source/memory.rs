@@ -1,6 +1,6 @@
 //! [`MemoryQueue`]: a bounded in-process queue that is both a source and a sink.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -13,8 +13,13 @@ use crate::envelope::Envelope;
 use crate::error::{Error, Result};
 use crate::failure::FailureInfo;
 
+/// Retries keyed by (ready time, sequence), so equal ready times keep their order.
+type DelayedRetries = BTreeMap<(tokio::time::Instant, u64), Envelope>;
+
 struct Shared {
     items: Mutex<VecDeque<Envelope>>,
+    /// Retries waiting for their delay, by (ready time, sequence).
+    delayed: Mutex<(DelayedRetries, u64)>,
     capacity: Option<usize>,
     readable: Notify,
     writable: Notify,
@@ -47,6 +52,34 @@ impl Shared {
         }
     }
 
+    /// Parks a retry until `ready_at`; it does not count against the queue's size.
+    fn delay(&self, envelope: Envelope, ready_at: tokio::time::Instant) {
+        let mut delayed = self.delayed.lock().unwrap_or_else(|p| p.into_inner());
+        delayed.1 += 1;
+        let seq = delayed.1;
+        delayed.0.insert((ready_at, seq), envelope);
+    }
+
+    /// Takes due retries (up to `limit`) and returns the next ready time of the rest.
+    fn take_due(&self, limit: usize) -> (Vec<Envelope>, Option<tokio::time::Instant>) {
+        let now = tokio::time::Instant::now();
+        let mut delayed = self.delayed.lock().unwrap_or_else(|p| p.into_inner());
+        let mut out = Vec::new();
+        while out.len() < limit {
+            let Some((&key, _)) = delayed.0.iter().next() else {
+                break;
+            };
+            if key.0 > now {
+                break;
+            }
+            if let Some(e) = delayed.0.remove(&key) {
+                out.push(e);
+            }
+        }
+        let next = delayed.0.keys().next().map(|k| k.0);
+        (out, next)
+    }
+
     fn pop_many(&self, limit: usize) -> Vec<Envelope> {
         let mut items = self.lock();
         let n = limit.min(items.len());
@@ -66,7 +99,8 @@ impl Shared {
 /// A FIFO queue in process memory; publish to it as a sink, consume it as a source.
 ///
 /// Sending to a full queue waits for space (back-pressure). A retried delivery goes back to the
-/// end of the queue with `attempts + 1`, after its delay. Nothing survives the process.
+/// end of the queue with `attempts + 1`; a delayed retry waits aside (without holding a task slot
+/// or queue space) until its delay has passed. Nothing survives the process.
 ///
 /// # Example
 /// ```
@@ -92,7 +126,10 @@ impl MemoryQueue {
     /// A queue holding at most `maxsize` envelopes (`maxsize >= 1`), batch size 100, poll 100 ms.
     pub fn new(name: impl Into<String>, maxsize: usize) -> Result<Self> {
         if maxsize < 1 {
-            return Err(Error::invalid("maxsize", "must be a positive integer, got 0"));
+            return Err(Error::invalid(
+                "maxsize",
+                "must be a positive integer, got 0",
+            ));
         }
         Ok(Self::build(name.into(), Some(maxsize)))
     }
@@ -107,6 +144,7 @@ impl MemoryQueue {
             name,
             shared: Arc::new(Shared {
                 items: Mutex::new(VecDeque::new()),
+                delayed: Mutex::new((BTreeMap::new(), 0)),
                 capacity,
                 readable: Notify::new(),
                 writable: Notify::new(),
@@ -134,9 +172,16 @@ impl MemoryQueue {
         Ok(self)
     }
 
-    /// How many envelopes are waiting.
+    /// How many envelopes are waiting, including retries whose delay has not passed.
     pub fn len(&self) -> usize {
-        self.shared.lock().len()
+        let delayed = self
+            .shared
+            .delayed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .0
+            .len();
+        self.shared.lock().len() + delayed
     }
 
     /// Whether no envelope is waiting.
@@ -161,16 +206,27 @@ impl Source for MemoryQueue {
             let ready = self.shared.readable.notified();
             tokio::pin!(ready);
             ready.as_mut().enable();
-            let items = self.shared.pop_many(limit);
+            let (mut items, next_retry) = self.shared.take_due(limit);
+            items.extend(self.shared.pop_many(limit - items.len()));
             if !items.is_empty() {
                 return Ok(items
                     .into_iter()
-                    .map(|envelope| Box::new(MemoryDelivery { queue: self.shared.clone(), envelope }) as Box<dyn Delivery>)
+                    .map(|envelope| {
+                        Box::new(MemoryDelivery {
+                            queue: self.shared.clone(),
+                            envelope,
+                        }) as Box<dyn Delivery>
+                    })
                     .collect());
             }
+            let wake = next_retry.map_or(deadline, |at| at.min(deadline));
             tokio::select! {
                 _ = ready => {}
-                _ = tokio::time::sleep_until(deadline) => return Ok(Vec::new()),
+                _ = tokio::time::sleep_until(wake) => {
+                    if wake == deadline {
+                        return Ok(Vec::new());
+                    }
+                }
             }
         }
     }
@@ -186,7 +242,13 @@ impl Source for MemoryQueue {
     fn describe(&self) -> serde_json::Map<String, serde_json::Value> {
         let mut m = serde_json::Map::new();
         m.insert("type".into(), "memory".into());
-        m.insert("maxsize".into(), self.shared.capacity.map(serde_json::Value::from).unwrap_or_default());
+        m.insert(
+            "maxsize".into(),
+            self.shared
+                .capacity
+                .map(serde_json::Value::from)
+                .unwrap_or_default(),
+        );
         m
     }
 }
@@ -215,12 +277,12 @@ impl Delivery for MemoryDelivery {
     }
 
     async fn retry(&mut self, delay: Option<Duration>) -> Result<()> {
-        if let Some(delay) = delay.filter(|d| !d.is_zero()) {
-            tokio::time::sleep(delay).await;
-        }
         let mut again = self.envelope.clone();
         again.attempts = again.attempts.saturating_add(1);
-        self.queue.push(again).await;
+        match delay.filter(|d| !d.is_zero()) {
+            Some(delay) => self.queue.delay(again, tokio::time::Instant::now() + delay),
+            None => self.queue.push(again).await,
+        }
         Ok(())
     }
 
@@ -266,7 +328,19 @@ mod tests {
         let q = MemoryQueue::new("q", 10).unwrap();
         q.publish(json!("x"), Default::default()).await.unwrap();
         let mut d = q.fetch(1).await.unwrap().pop().unwrap();
+        let started = tokio::time::Instant::now();
         d.retry(Some(Duration::from_secs(3))).await.unwrap();
+        assert_eq!(
+            started.elapsed(),
+            Duration::ZERO,
+            "retry does not hold the slot"
+        );
+        assert_eq!(q.len(), 1);
+        assert!(
+            q.fetch(1).await.unwrap().is_empty(),
+            "not due before its delay"
+        );
+        tokio::time::sleep(Duration::from_secs(3)).await;
         let again = q.fetch(1).await.unwrap().pop().unwrap();
         assert_eq!(again.envelope().attempts, 1);
     }

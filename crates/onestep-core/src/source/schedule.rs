@@ -37,7 +37,10 @@ impl std::str::FromStr for Overlap {
             "allow" => Ok(Self::Allow),
             "skip" => Ok(Self::Skip),
             "queue" => Ok(Self::Queue),
-            other => Err(Error::invalid("overlap", format!("must be one of: allow, skip, queue; got {other:?}"))),
+            other => Err(Error::invalid(
+                "overlap",
+                format!("must be one of: allow, skip, queue; got {other:?}"),
+            )),
         }
     }
 }
@@ -90,7 +93,8 @@ impl<S: Schedule> Core<S> {
 
     fn now(&self) -> Zoned {
         let now = self.clock.now();
-        let ts = Timestamp::from_nanosecond(now.unix_timestamp_nanos()).unwrap_or(Timestamp::UNIX_EPOCH);
+        let ts =
+            Timestamp::from_nanosecond(now.unix_timestamp_nanos()).unwrap_or(Timestamp::UNIX_EPOCH);
         ts.to_zoned(self.time_zone.clone())
     }
 
@@ -105,11 +109,17 @@ impl<S: Schedule> Core<S> {
     fn make(self: &Arc<Self>, state: &mut State, scheduled_at: &Zoned) -> Box<dyn Delivery> {
         let mut meta = Map::new();
         meta.insert("source".into(), Value::from(self.name.clone()));
-        meta.insert("scheduled_at".into(), Value::from(python_isoformat(scheduled_at)));
+        meta.insert(
+            "scheduled_at".into(),
+            Value::from(python_isoformat(scheduled_at)),
+        );
         meta.insert("sequence".into(), Value::from(state.sequence));
         state.sequence += 1;
         state.inflight += 1;
-        Box::new(ScheduleDelivery::<S> { core: self.clone(), envelope: Envelope::new((self.payload)()).with_meta(meta) })
+        Box::new(ScheduleDelivery::<S> {
+            core: self.clone(),
+            envelope: Envelope::new((self.payload)()).with_meta(meta),
+        })
     }
 
     fn queue_runs(&self, state: &mut State, runs: impl IntoIterator<Item = Zoned>) {
@@ -119,17 +129,28 @@ impl<S: Schedule> Core<S> {
         }
     }
 
-    fn handle_due(self: &Arc<Self>, state: &mut State, due: Vec<Zoned>, limit: usize) -> Vec<Box<dyn Delivery>> {
+    fn handle_due(
+        self: &Arc<Self>,
+        state: &mut State,
+        due: Vec<Zoned>,
+        limit: usize,
+    ) -> Vec<Box<dyn Delivery>> {
         if due.is_empty() {
             return Vec::new();
         }
         match self.overlap {
-            Overlap::Allow => due.iter().take(limit).map(|at| self.make(state, at)).collect(),
+            Overlap::Allow => due
+                .iter()
+                .take(limit)
+                .map(|at| self.make(state, at))
+                .collect(),
             Overlap::Skip => {
                 if state.inflight > 0 {
                     Vec::new()
                 } else {
-                    due.last().map(|at| vec![self.make(state, at)]).unwrap_or_default()
+                    due.last()
+                        .map(|at| vec![self.make(state, at)])
+                        .unwrap_or_default()
                 }
             }
             Overlap::Queue => {
@@ -153,13 +174,18 @@ impl<S: Schedule> Core<S> {
 
         let mut out: Vec<Box<dyn Delivery>> = Vec::new();
         while out.len() < limit {
-            let Some((&key, _)) = state.retries.iter().next() else { break };
+            let Some((&key, _)) = state.retries.iter().next() else {
+                break;
+            };
             if key.0 > now.timestamp() {
                 break;
             }
             if let Some(envelope) = state.retries.remove(&key) {
                 state.inflight += 1;
-                out.push(Box::new(ScheduleDelivery::<S> { core: self.clone(), envelope }));
+                out.push(Box::new(ScheduleDelivery::<S> {
+                    core: self.clone(),
+                    envelope,
+                }));
             }
         }
         if !out.is_empty() {
@@ -226,7 +252,11 @@ pub(crate) fn python_isoformat(at: &Zoned) -> String {
     let micros = at.subsec_nanosecond() / 1000;
     let base = at.strftime("%Y-%m-%dT%H:%M:%S").to_string();
     let offset = at.strftime("%:z").to_string();
-    if micros == 0 { format!("{base}{offset}") } else { format!("{base}.{micros:06}{offset}") }
+    if micros == 0 {
+        format!("{base}{offset}")
+    } else {
+        format!("{base}.{micros:06}{offset}")
+    }
 }
 
 /// A source that emits a delivery whenever its [`Schedule`] says a run is due.
@@ -242,7 +272,9 @@ pub struct ScheduleSource<S: Schedule> {
 
 impl<S: Schedule> Clone for ScheduleSource<S> {
     fn clone(&self) -> Self {
-        Self { core: self.core.clone() }
+        Self {
+            core: self.core.clone(),
+        }
     }
 }
 
@@ -343,9 +375,15 @@ impl<S: Schedule> Source for ScheduleSource<S> {
     fn describe(&self) -> Map<String, Value> {
         let mut out = Map::new();
         self.core.schedule.describe(&mut out);
-        out.insert("overlap".into(), Value::from(format!("{:?}", self.core.overlap).to_lowercase()));
+        out.insert(
+            "overlap".into(),
+            Value::from(format!("{:?}", self.core.overlap).to_lowercase()),
+        );
         out.insert("immediate".into(), Value::from(self.core.immediate));
-        out.insert("timezone".into(), Value::from(self.core.time_zone.iana_name().unwrap_or("local")));
+        out.insert(
+            "timezone".into(),
+            Value::from(self.core.time_zone.iana_name().unwrap_or("local")),
+        );
         out
     }
 }
@@ -377,7 +415,8 @@ impl<S: Schedule> Delivery for ScheduleDelivery<S> {
     }
 
     async fn release_unstarted(&mut self) -> Result<()> {
-        self.core.requeue(&self.envelope, self.envelope.attempts, None);
+        self.core
+            .requeue(&self.envelope, self.envelope.attempts, None);
         Ok(())
     }
 }

@@ -58,4 +58,10 @@ pub trait Delivery: Send + Sync {
 
     /// The attempt failed for good.
     async fn fail(&mut self, failure: &FailureInfo) -> Result<()>;
+
+    /// The tracked-execution view of this delivery, when it is one: the executor then completes
+    /// the execution (storing the result or error) instead of calling ack, retry or fail.
+    fn as_managed(&mut self) -> Option<&mut dyn crate::execution::ManagedDelivery> {
+        None
+    }
 }

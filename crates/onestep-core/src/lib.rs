@@ -3,7 +3,7 @@
 //! An async task runtime: tasks consume deliveries from [sources](Source), run a typed handler,
 //! emit results to [sinks](Sink), and retry or dead-letter failures according to a
 //! [retry policy](retry). Tracked execution (an API submits, workers claim under a lease and store
-//! the result) is being added to this crate; SQL backends are in `onestep-sql` and `onestep-postgres`.
+//! the result) lives in [`execution`]; SQL backends are in `onestep-sql` and `onestep-postgres`.
 //!
 //! ```no_run
 //! use std::sync::Arc;
@@ -34,6 +34,7 @@ pub mod delivery;
 pub mod envelope;
 pub mod error;
 pub mod event;
+pub mod execution;
 pub mod failure;
 pub mod retry;
 mod runtime;

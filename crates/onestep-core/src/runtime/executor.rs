@@ -2,9 +2,14 @@
 //!
 //! Stages, in order: `delivery_action` (start processing) → `before_hook` → `handler` (under the
 //! task timeout) → `after_success_hook` → `route` → `transform` (every transform computed before
-//! any send) → `sink` (each binding, up to two attempts on retryable connector errors) → `ack`.
-//! A failure anywhere goes to the failure path (on_failure hook, retry policy, dead letters); a
-//! cancellation goes to the cancel path (the delivery is retried).
+//! any send) → `result_validation` (tracked executions: the result must be storable before
+//! anything is emitted) → `sink` (each binding, up to two attempts on retryable connector errors)
+//! → `ack`. Everything up to the sinks races the attempt's cancellation; settling (ack or the
+//! execution's completion) does not, so a completion is never dropped half-way.
+//!
+//! A failure goes to the failure path (on_failure hook, retry policy, dead letters); a
+//! cancellation goes to the cancel path (retried; a tracked execution whose cancel was requested
+//! ends cancelled).
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -19,6 +24,9 @@ use super::TaskRuntime;
 use crate::delivery::Delivery;
 use crate::envelope::Envelope;
 use crate::event::TaskEventKind;
+use crate::execution::{
+    ExecutionCompletion, ExecutionError, ExecutionErrorDetail, ExecutionStatus,
+};
 use crate::failure::{FailureInfo, FailureKind, Stage, TaskError};
 use crate::retry::RetryAction;
 use crate::task::{Emit, EmitBinding, TaskContext};
@@ -58,6 +66,8 @@ impl StageCell {
 
 /// How an attempt ended.
 enum Outcome {
+    /// Everything before settling succeeded; the value is the handler's result.
+    Ready(Value),
     Succeeded,
     Failed(FailureInfo),
     Cancelled(Stage),
@@ -71,14 +81,26 @@ pub(crate) async fn execute(
 ) {
     let started = Instant::now();
     let envelope = Arc::new(delivery.envelope().clone());
-    let ctx = rt.context(envelope.clone(), cancel.clone());
+    let attempt = cancel.child_token();
+    let ctx = rt.context(envelope.clone(), attempt.clone());
     let stage = StageCell::new();
+    let managed_cancel = delivery.as_managed().map(|m| m.cancellation());
 
     let outcome = {
         let work = AssertUnwindSafe(process(&rt, delivery.as_mut(), &ctx, &stage)).catch_unwind();
+        let managed = async {
+            match &managed_cancel {
+                Some(token) => token.cancelled().await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             biased;
-            _ = cancel.cancelled() => Outcome::Cancelled(stage.get()),
+            _ = attempt.cancelled() => Outcome::Cancelled(stage.get()),
+            _ = managed => {
+                attempt.cancel();
+                Outcome::Cancelled(stage.get())
+            }
             result = work => match result {
                 Ok(outcome) => outcome,
                 Err(panic) => Outcome::Failed(FailureInfo {
@@ -92,24 +114,22 @@ pub(crate) async fn execute(
         }
     };
 
-    let elapsed = Some(started.elapsed());
+    let outcome = match outcome {
+        Outcome::Ready(result) => settle(&rt, delivery.as_mut(), result).await,
+        other => other,
+    };
     match outcome {
-        Outcome::Succeeded => rt.emit(TaskEventKind::Succeeded, &envelope, elapsed, None),
+        Outcome::Ready(_) | Outcome::Succeeded => rt.emit(
+            TaskEventKind::Succeeded,
+            &envelope,
+            Some(started.elapsed()),
+            None,
+        ),
         Outcome::Failed(failure) => {
             handle_failure(&rt, delivery.as_mut(), &ctx, &envelope, failure, started).await
         }
         Outcome::Cancelled(at) => {
-            let failure = FailureInfo::cancelled(at, "the attempt was cancelled");
-            rt.emit(TaskEventKind::Cancelled, &envelope, elapsed, Some(&failure));
-            if let Err(err) = delivery.retry(None).await {
-                tracing::error!(task = %rt.task_name, error = %err, "could not retry a cancelled delivery");
-            }
-            rt.emit(
-                TaskEventKind::Retried,
-                &envelope,
-                Some(started.elapsed()),
-                Some(&failure),
-            );
+            handle_cancel(&rt, delivery.as_mut(), &envelope, at, started).await
         }
     }
 }
@@ -126,6 +146,15 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
 
 fn fail_at(stage: Stage, err: &TaskError) -> Outcome {
     Outcome::Failed(FailureInfo::from_error(FailureKind::Error, stage, err))
+}
+
+fn execution_failure(stage: Stage, err: &ExecutionError) -> Outcome {
+    let kind = match err {
+        ExecutionError::Encoding(_) => "ExecutionEncodingError",
+        ExecutionError::LeaseLost(_) => "ExecutionLeaseLost",
+        _ => "ExecutionError",
+    };
+    fail_at(stage, &TaskError::new(kind, err.to_string()))
 }
 
 async fn process(
@@ -170,6 +199,7 @@ async fn process(
         }
     }
 
+    let mut sends = Vec::new();
     if !result.is_null() && !task.emit.is_empty() {
         stage.set(Stage::Route);
         let bindings = match select_bindings(&task.emit, ctx, &payload, &result) {
@@ -177,8 +207,7 @@ async fn process(
             Err(err) => return fail_at(Stage::Route, &err),
         };
         stage.set(Stage::Transform);
-        let mut bodies = Vec::with_capacity(bindings.len());
-        for binding in &bindings {
+        for binding in bindings {
             let body = match &binding.transform {
                 Some(transform) => match transform(ctx, &payload, &result) {
                     Ok(body) => body,
@@ -186,21 +215,50 @@ async fn process(
                 },
                 None => result.clone(),
             };
-            bodies.push(body);
-        }
-        stage.set(Stage::Sink);
-        for (binding, body) in bindings.iter().zip(bodies) {
-            if let Err(err) = send_with_retry(binding, body, ctx).await {
-                return fail_at(Stage::Sink, &err);
-            }
+            sends.push((binding, body));
         }
     }
 
-    stage.set(Stage::Ack);
-    if let Err(err) = delivery.ack().await {
-        return fail_at(Stage::Ack, &TaskError::from(err));
+    if let Some(managed) = delivery.as_managed() {
+        stage.set(Stage::ResultValidation);
+        if let Err(err) = managed.validate_execution_result(&result).await {
+            return execution_failure(Stage::ResultValidation, &err);
+        }
     }
-    Outcome::Succeeded
+
+    stage.set(Stage::Sink);
+    for (binding, body) in sends {
+        if let Err(err) = send_with_retry(binding, body, ctx).await {
+            return fail_at(Stage::Sink, &err);
+        }
+    }
+    stage.set(Stage::Ack);
+    Outcome::Ready(result)
+}
+
+/// Acknowledges, or completes the execution with the handler's result. A success that lost to a
+/// cancel request becomes a cancellation; a lost lease is logged and otherwise ignored.
+async fn settle(rt: &TaskRuntime, delivery: &mut dyn Delivery, result: Value) -> Outcome {
+    if let Some(managed) = delivery.as_managed() {
+        return match managed
+            .complete_execution(ExecutionCompletion::Succeeded { result })
+            .await
+        {
+            Ok(execution) if execution.status == ExecutionStatus::Cancelled => {
+                Outcome::Cancelled(Stage::Ack)
+            }
+            Ok(_) => Outcome::Succeeded,
+            Err(err) if err.is_lease_lost() => {
+                tracing::warn!(task = %rt.task_name, execution_id = %managed.execution_id(), "lease lost before the success was stored");
+                Outcome::Succeeded
+            }
+            Err(err) => execution_failure(Stage::Ack, &err),
+        };
+    }
+    match delivery.ack().await {
+        Ok(()) => Outcome::Succeeded,
+        Err(err) => fail_at(Stage::Ack, &TaskError::from(err)),
+    }
 }
 
 fn select_bindings<'a>(
@@ -245,6 +303,71 @@ async fn send_with_retry(
     }
 }
 
+/// Retries a delivery after a failure: `delivery.retry`, or a retrying completion.
+async fn retry_delivery(
+    rt: &TaskRuntime,
+    delivery: &mut dyn Delivery,
+    delay: Option<Duration>,
+    failure: &FailureInfo,
+) {
+    if let Some(managed) = delivery.as_managed() {
+        let completion = ExecutionCompletion::Retrying {
+            error: Some(ExecutionErrorDetail::from_failure(failure)),
+            delay_s: delay.map(|d| d.as_secs_f64()),
+        };
+        log_completion(rt, managed.complete_execution(completion).await.map(|_| ()));
+        return;
+    }
+    if let Err(err) = delivery.retry(delay).await {
+        tracing::error!(task = %rt.task_name, error = %err, "could not schedule a retry");
+    }
+}
+
+fn log_completion(rt: &TaskRuntime, outcome: Result<(), ExecutionError>) {
+    match outcome {
+        Ok(()) => {}
+        Err(err) if err.is_lease_lost() => {
+            tracing::warn!(task = %rt.task_name, "lease lost before the completion was stored; another worker owns it")
+        }
+        Err(err) => {
+            tracing::error!(task = %rt.task_name, error = %err, "could not complete the execution")
+        }
+    }
+}
+
+async fn handle_cancel(
+    rt: &TaskRuntime,
+    delivery: &mut dyn Delivery,
+    envelope: &Envelope,
+    at: Stage,
+    started: Instant,
+) {
+    let failure = FailureInfo::cancelled(at, "the attempt was cancelled");
+    rt.emit(
+        TaskEventKind::Cancelled,
+        envelope,
+        Some(started.elapsed()),
+        Some(&failure),
+    );
+    if let Some(managed) = delivery.as_managed()
+        && managed.cancel_requested()
+    {
+        let outcome = managed
+            .complete_execution(ExecutionCompletion::Cancelled)
+            .await
+            .map(|_| ());
+        log_completion(rt, outcome);
+        return;
+    }
+    retry_delivery(rt, delivery, None, &failure).await;
+    rt.emit(
+        TaskEventKind::Retried,
+        envelope,
+        Some(started.elapsed()),
+        Some(&failure),
+    );
+}
+
 async fn handle_failure(
     rt: &TaskRuntime,
     delivery: &mut dyn Delivery,
@@ -271,9 +394,7 @@ async fn handle_failure(
     }
     match rt.task.retry.on_error(envelope, &failure) {
         RetryAction::Retry { delay } => {
-            if let Err(err) = delivery.retry(delay).await {
-                tracing::error!(task = %rt.task_name, error = %err, "could not schedule a retry");
-            }
+            retry_delivery(rt, delivery, delay, &failure).await;
             rt.emit(
                 TaskEventKind::Retried,
                 envelope,
@@ -290,9 +411,7 @@ async fn handle_failure(
                             task = %rt.task_name, sink = sink.name(), error = %err,
                             "dead-letter publish failed; retrying the original delivery"
                         );
-                        if let Err(err) = delivery.retry(None).await {
-                            tracing::error!(task = %rt.task_name, error = %err, "could not schedule a retry");
-                        }
+                        retry_delivery(rt, delivery, None, &failure).await;
                         rt.emit(
                             TaskEventKind::Retried,
                             envelope,
@@ -309,25 +428,53 @@ async fn handle_failure(
                     Some(&failure),
                 );
             }
-            if let Err(err) = delivery.fail(&failure).await {
-                tracing::error!(task = %rt.task_name, error = %err, "could not fail the delivery; retrying it instead");
-                if let Err(err) = delivery.retry(None).await {
-                    tracing::error!(task = %rt.task_name, error = %err, "could not schedule a retry");
-                }
+            if fail_delivery(rt, delivery, &failure).await {
+                rt.emit(
+                    TaskEventKind::Failed,
+                    envelope,
+                    Some(started.elapsed()),
+                    Some(&failure),
+                );
+            } else {
                 rt.emit(
                     TaskEventKind::Retried,
                     envelope,
                     Some(started.elapsed()),
                     Some(&failure),
                 );
-                return;
             }
-            rt.emit(
-                TaskEventKind::Failed,
-                envelope,
-                Some(started.elapsed()),
-                Some(&failure),
-            );
         }
     }
+}
+
+/// Fails the delivery; when that errors (other than a lost lease) it is retried instead, so it is
+/// never dropped. Returns whether the failure is final.
+async fn fail_delivery(
+    rt: &TaskRuntime,
+    delivery: &mut dyn Delivery,
+    failure: &FailureInfo,
+) -> bool {
+    if let Some(managed) = delivery.as_managed() {
+        let completion = ExecutionCompletion::Failed {
+            error: Some(ExecutionErrorDetail::from_failure(failure)),
+        };
+        match managed.complete_execution(completion).await {
+            Ok(_) => return true,
+            Err(err) if err.is_lease_lost() => {
+                log_completion(rt, Err(err));
+                return true;
+            }
+            Err(err) => {
+                tracing::error!(task = %rt.task_name, error = %err, "could not fail the execution; retrying it instead");
+            }
+        }
+        retry_delivery(rt, delivery, None, failure).await;
+        return false;
+    }
+    if let Err(err) = delivery.fail(failure).await {
+        tracing::error!(task = %rt.task_name, error = %err, "could not fail the delivery; retrying it instead");
+        retry_delivery(rt, delivery, None, failure).await;
+        return false;
+    }
+    true
 }

@@ -1,0 +1,525 @@
+//! [`ExecutionSource`]: claims tracked executions for one task and keeps their leases alive.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde_json::{Map, Value, json};
+use time::OffsetDateTime;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::AbortOnDropHandle;
+use uuid::Uuid;
+
+use super::backend::LeasedExecutionBackend;
+use super::error::{ExecutionError, ExecutionResult};
+use super::record::{Execution, ExecutionCompletion, ExecutionErrorDetail, ExecutionLease, text};
+use super::status::ExecutionStatus;
+use super::stored::RESERVED_METADATA_KEY;
+use crate::connector::ConnectorOperation;
+use crate::delivery::Delivery;
+use crate::envelope::Envelope;
+use crate::error::{Error, Result};
+use crate::failure::FailureInfo;
+use crate::source::{Resource, Source};
+
+/// What the executor needs from a delivery that is a tracked execution.
+///
+/// Completions replace ack/retry/fail: the executor stores the handler's return value on success,
+/// a [`ExecutionErrorDetail`] on failure, and tells a business cancel (ends `cancelled`) from a
+/// worker cancel (shutdown or lost lease: ends `retrying` with no delay).
+///
+/// # Example
+/// ```
+/// use onestep_core::execution::ManagedDelivery;
+///
+/// fn describe(d: &dyn ManagedDelivery) -> String {
+///     format!("execution {} attempt {}", d.execution_id(), d.attempt_id())
+/// }
+/// ```
+#[async_trait]
+pub trait ManagedDelivery: Send + Sync {
+    /// The execution id.
+    fn execution_id(&self) -> Uuid;
+    /// The attempt id.
+    fn attempt_id(&self) -> Uuid;
+    /// Whether a cancel was requested (seen by a heartbeat, or a success that lost to a cancel).
+    fn cancel_requested(&self) -> bool;
+    /// Fires when the handler must stop: a cancel request or a lost lease.
+    fn cancellation(&self) -> CancellationToken;
+    /// Checks the result can be stored, before anything is emitted (stage `result_validation`).
+    async fn validate_execution_result(&self, result: &Value) -> ExecutionResult<()>;
+    /// Ends the attempt; a second call returns the first outcome without writing.
+    async fn complete_execution(
+        &mut self,
+        completion: ExecutionCompletion,
+    ) -> ExecutionResult<Execution>;
+}
+
+/// Options of an [`ExecutionSource`], with the reference's defaults.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExecutionSourceOptions {
+    /// The namespace to claim from (1..=255).
+    pub namespace: String,
+    /// Exactly one task name.
+    pub task_names: Vec<String>,
+    /// The most executions one claim takes (default 100).
+    pub batch_size: usize,
+    /// Seconds between claims when nothing is ready (default 1).
+    pub poll_interval_s: f64,
+    /// Seconds a lease lasts unless renewed (default 90).
+    pub lease_duration_s: f64,
+    /// Seconds between heartbeats; at most a third of the lease (default 30).
+    pub heartbeat_interval_s: f64,
+    /// This worker's id, recorded on attempts (default `onestep-worker`; make it unique per replica).
+    pub worker_id: String,
+}
+
+impl ExecutionSourceOptions {
+    /// Defaults for `namespace` and one `task_name`.
+    pub fn new(namespace: impl Into<String>, task_name: impl Into<String>) -> Self {
+        Self {
+            namespace: namespace.into(),
+            task_names: vec![task_name.into()],
+            batch_size: 100,
+            poll_interval_s: 1.0,
+            lease_duration_s: 90.0,
+            heartbeat_interval_s: 30.0,
+            worker_id: "onestep-worker".to_string(),
+        }
+    }
+
+    /// Checks every option; `prefix` qualifies field names (e.g. `resources.jobs.`).
+    pub fn validate(&self, prefix: &str) -> Result<()> {
+        let field = |f: &str| format!("{prefix}{f}");
+        let invalid = |f: &str, m: String| Error::invalid(field(f), m);
+        text("namespace", &self.namespace, 255).map_err(|e| requalify(e, prefix))?;
+        if self.task_names.len() != 1 {
+            return Err(invalid(
+                "task_names",
+                format!(
+                    "must contain exactly one task name, got {}",
+                    self.task_names.len()
+                ),
+            ));
+        }
+        text("task_names", &self.task_names[0], 255).map_err(|e| requalify(e, prefix))?;
+        if self.batch_size < 1 {
+            return Err(invalid("batch_size", "must be >= 1, got 0".into()));
+        }
+        for (name, value) in [
+            ("poll_interval_s", self.poll_interval_s),
+            ("lease_duration_s", self.lease_duration_s),
+            ("heartbeat_interval_s", self.heartbeat_interval_s),
+        ] {
+            if !(value.is_finite() && value > 0.0) {
+                return Err(invalid(
+                    name,
+                    format!("must be a finite number > 0, got {value}"),
+                ));
+            }
+        }
+        let third = self.lease_duration_s / 3.0;
+        let close = (self.heartbeat_interval_s - third).abs()
+            <= 1e-9 * third.abs().max(self.heartbeat_interval_s.abs());
+        if self.heartbeat_interval_s > third && !close {
+            return Err(invalid(
+                "heartbeat_interval_s",
+                format!(
+                    "must be <= lease_duration_s / 3 ({third}), got {}",
+                    self.heartbeat_interval_s
+                ),
+            ));
+        }
+        text("worker_id", &self.worker_id, 255).map_err(|e| requalify(e, prefix))?;
+        Ok(())
+    }
+}
+
+fn requalify(err: ExecutionError, prefix: &str) -> Error {
+    match err {
+        ExecutionError::InvalidArgument { field, message } => {
+            Error::invalid(format!("{prefix}{field}"), message)
+        }
+        other => other.into(),
+    }
+}
+
+/// A [`Source`] that claims tracked executions of one task under a lease.
+///
+/// Each delivery's envelope carries the decoded payload, the metadata plus
+/// `onestep.execution = {id, attempt_id}`, and `attempts = execution.attempts - 1`, so retry
+/// policies count every started attempt (lost leases and releases included). Its fetch is not
+/// cancel-safe: a shutdown waits for a claim in flight and releases what it returned.
+///
+/// # Example
+/// ```
+/// use onestep_core::execution::{ExecutionSource, ExecutionSourceOptions, MemoryExecutionBackend};
+///
+/// let backend = MemoryExecutionBackend::new();
+/// let mut options = ExecutionSourceOptions::new("reports", "monthly");
+/// options.worker_id = "worker-a".into();
+/// let source = ExecutionSource::new(backend, options)?;
+/// assert_eq!(onestep_core::Resource::name(&source), "memory.execution:reports");
+/// # Ok::<(), onestep_core::Error>(())
+/// ```
+pub struct ExecutionSource<B> {
+    backend: B,
+    options: ExecutionSourceOptions,
+    name: String,
+}
+
+impl<B: LeasedExecutionBackend + Clone + 'static> ExecutionSource<B> {
+    /// A source over `backend`; options are validated here.
+    pub fn new(backend: B, mut options: ExecutionSourceOptions) -> Result<Self> {
+        options.validate("")?;
+        options.namespace = options.namespace.trim().to_string();
+        options.task_names = options
+            .task_names
+            .iter()
+            .map(|t| t.trim().to_string())
+            .collect();
+        options.worker_id = options.worker_id.trim().to_string();
+        let name = format!("{}.execution:{}", backend.backend_name(), options.namespace);
+        Ok(Self {
+            backend,
+            options,
+            name,
+        })
+    }
+
+    /// The backend.
+    pub fn backend(&self) -> &B {
+        &self.backend
+    }
+
+    /// The options.
+    pub fn options(&self) -> &ExecutionSourceOptions {
+        &self.options
+    }
+
+    fn delivery(&self, lease: ExecutionLease) -> ExecutionDelivery<B> {
+        let mut meta = lease.execution.metadata.clone();
+        meta.insert(
+            RESERVED_METADATA_KEY.into(),
+            json!({"id": lease.execution.id.to_string(), "attempt_id": lease.attempt_id.to_string()}),
+        );
+        let envelope = Envelope {
+            body: lease.execution.payload.clone(),
+            meta,
+            attempts: lease.execution.attempts.saturating_sub(1),
+        };
+        ExecutionDelivery {
+            backend: self.backend.clone(),
+            envelope,
+            execution_id: lease.execution.id,
+            attempt_id: lease.attempt_id,
+            lease_token: lease.lease_token,
+            lease: Arc::new(LeaseState {
+                expires_at: Mutex::new(lease.lease_expires_at),
+                cancel_requested: AtomicBool::new(false),
+                cancel: CancellationToken::new(),
+            }),
+            lease_duration: Duration::from_secs_f64(self.options.lease_duration_s),
+            heartbeat_interval: Duration::from_secs_f64(self.options.heartbeat_interval_s),
+            heartbeat: None,
+            stop: CancellationToken::new(),
+            completed: None,
+        }
+    }
+}
+
+#[async_trait]
+impl<B: LeasedExecutionBackend + Clone + 'static> Resource for ExecutionSource<B> {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    async fn open(&self) -> Result<()> {
+        self.backend.open().await.map_err(Error::from)
+    }
+
+    async fn close(&self) -> Result<()> {
+        self.backend.close().await.map_err(Error::from)
+    }
+}
+
+#[async_trait]
+impl<B: LeasedExecutionBackend + Clone + 'static> Source for ExecutionSource<B> {
+    async fn fetch(&self, limit: usize) -> Result<Vec<Box<dyn Delivery>>> {
+        let limit = limit.clamp(1, self.options.batch_size);
+        let leases = self
+            .backend
+            .claim(
+                &self.options.namespace,
+                &self.options.task_names,
+                limit,
+                Duration::from_secs_f64(self.options.lease_duration_s),
+                &self.options.worker_id,
+            )
+            .await
+            .map_err(|err| match err {
+                ExecutionError::Connector(mut c) => {
+                    c.operation = ConnectorOperation::Fetch;
+                    c.source_name = self.name.clone();
+                    c.retry_delay
+                        .get_or_insert(Duration::from_secs_f64(self.options.poll_interval_s));
+                    Error::Connector(c)
+                }
+                other => other.into(),
+            })?;
+        Ok(leases
+            .into_iter()
+            .map(|lease| Box::new(self.delivery(lease)) as Box<dyn Delivery>)
+            .collect())
+    }
+
+    fn batch_size(&self) -> usize {
+        self.options.batch_size
+    }
+
+    fn poll_interval(&self) -> Duration {
+        Duration::from_secs_f64(self.options.poll_interval_s)
+    }
+
+    fn fetch_is_cancel_safe(&self) -> bool {
+        false
+    }
+
+    fn validate_task(&self, task_name: &str) -> Result<()> {
+        let expected = &self.options.task_names[0];
+        if expected != task_name {
+            return Err(Error::Configuration(format!(
+                "`{}` is configured for task '{expected}', not '{task_name}'",
+                self.name
+            )));
+        }
+        Ok(())
+    }
+
+    fn describe(&self) -> Map<String, Value> {
+        let o = &self.options;
+        let mut m = Map::new();
+        m.insert(
+            "type".into(),
+            Value::from(format!("{}_execution_source", self.backend.backend_name())),
+        );
+        m.insert("namespace".into(), Value::from(o.namespace.clone()));
+        m.insert("task_names".into(), json!(o.task_names));
+        m.insert("batch_size".into(), Value::from(o.batch_size));
+        m.insert("poll_interval_s".into(), Value::from(o.poll_interval_s));
+        m.insert("lease_duration_s".into(), Value::from(o.lease_duration_s));
+        m.insert(
+            "heartbeat_interval_s".into(),
+            Value::from(o.heartbeat_interval_s),
+        );
+        m.insert("worker_id".into(), Value::from(o.worker_id.clone()));
+        m
+    }
+}
+
+/// State shared between a delivery and its heartbeat loop.
+struct LeaseState {
+    expires_at: Mutex<OffsetDateTime>,
+    cancel_requested: AtomicBool,
+    /// Fired on a cancel request or a lost lease: the handler must stop.
+    cancel: CancellationToken,
+}
+
+/// One claimed execution.
+struct ExecutionDelivery<B> {
+    backend: B,
+    envelope: Envelope,
+    execution_id: Uuid,
+    attempt_id: Uuid,
+    lease_token: Uuid,
+    lease: Arc<LeaseState>,
+    lease_duration: Duration,
+    heartbeat_interval: Duration,
+    heartbeat: Option<AbortOnDropHandle<()>>,
+    stop: CancellationToken,
+    completed: Option<Execution>,
+}
+
+impl<B: LeasedExecutionBackend + Clone + 'static> ExecutionDelivery<B> {
+    fn stop_heartbeat(&mut self) {
+        self.stop.cancel();
+        self.heartbeat = None;
+    }
+
+    async fn complete(&mut self, completion: ExecutionCompletion) -> Result<()> {
+        self.complete_execution(completion)
+            .await
+            .map(|_| ())
+            .map_err(Error::from)
+    }
+}
+
+/// Renews the lease every interval until stopped; on a lost lease or a cancel request it fires the
+/// delivery's cancellation token and stops.
+async fn heartbeat_loop<B: LeasedExecutionBackend>(
+    backend: B,
+    ids: (Uuid, Uuid, Uuid),
+    lease: Arc<LeaseState>,
+    interval: Duration,
+    lease_duration: Duration,
+    stop: CancellationToken,
+) {
+    let (execution_id, attempt_id, token) = ids;
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(interval) => {}
+        }
+        let mut attempt: u32 = 0;
+        let renewed = loop {
+            match backend
+                .heartbeat(execution_id, attempt_id, token, lease_duration)
+                .await
+            {
+                Ok(result) => break Some(result),
+                Err(err) if err.is_retryable() => {
+                    let expires = *lease.expires_at.lock().unwrap_or_else(|p| p.into_inner());
+                    let remaining = match backend.lease_remaining(expires).await {
+                        Ok(r) if !r.is_zero() => r,
+                        _ => break None,
+                    };
+                    let backoff = interval
+                        .saturating_mul(2u32.saturating_pow(attempt.min(10)))
+                        .min(remaining / 4);
+                    tracing::warn!(execution_id = %execution_id, error = %err, retry_in_s = backoff.as_secs_f64(), "heartbeat failed; retrying");
+                    tokio::select! {
+                        _ = stop.cancelled() => return,
+                        _ = tokio::time::sleep(backoff) => {}
+                    }
+                    attempt += 1;
+                }
+                Err(err) => {
+                    tracing::warn!(execution_id = %execution_id, error = %err, "lease lost; cancelling the attempt");
+                    break None;
+                }
+            }
+        };
+        match renewed {
+            None => {
+                lease.cancel.cancel();
+                return;
+            }
+            Some(result) => {
+                *lease.expires_at.lock().unwrap_or_else(|p| p.into_inner()) =
+                    result.lease_expires_at;
+                if result.cancel_requested {
+                    tracing::info!(execution_id = %execution_id, "cancel requested; stopping the handler");
+                    lease.cancel_requested.store(true, Ordering::SeqCst);
+                    lease.cancel.cancel();
+                    return;
+                }
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl<B: LeasedExecutionBackend + Clone + 'static> Delivery for ExecutionDelivery<B> {
+    fn envelope(&self) -> &Envelope {
+        &self.envelope
+    }
+
+    async fn start_processing(&mut self) -> Result<()> {
+        if self.heartbeat.is_none() && self.completed.is_none() {
+            let task = tokio::spawn(heartbeat_loop(
+                self.backend.clone(),
+                (self.execution_id, self.attempt_id, self.lease_token),
+                self.lease.clone(),
+                self.heartbeat_interval,
+                self.lease_duration,
+                self.stop.clone(),
+            ));
+            self.heartbeat = Some(AbortOnDropHandle::new(task));
+        }
+        Ok(())
+    }
+
+    async fn release_unstarted(&mut self) -> Result<()> {
+        self.stop_heartbeat();
+        self.backend
+            .release(self.execution_id, self.attempt_id, self.lease_token)
+            .await
+            .map(|_| ())
+            .map_err(Error::from)
+    }
+
+    async fn ack(&mut self) -> Result<()> {
+        self.complete(ExecutionCompletion::Succeeded {
+            result: Value::Null,
+        })
+        .await
+    }
+
+    async fn retry(&mut self, delay: Option<Duration>) -> Result<()> {
+        self.complete(ExecutionCompletion::Retrying {
+            error: None,
+            delay_s: delay.map(|d| d.as_secs_f64()),
+        })
+        .await
+    }
+
+    async fn fail(&mut self, failure: &FailureInfo) -> Result<()> {
+        self.complete(ExecutionCompletion::Failed {
+            error: Some(ExecutionErrorDetail::from_failure(failure)),
+        })
+        .await
+    }
+
+    fn as_managed(&mut self) -> Option<&mut dyn ManagedDelivery> {
+        Some(self)
+    }
+}
+
+#[async_trait]
+impl<B: LeasedExecutionBackend + Clone + 'static> ManagedDelivery for ExecutionDelivery<B> {
+    fn execution_id(&self) -> Uuid {
+        self.execution_id
+    }
+
+    fn attempt_id(&self) -> Uuid {
+        self.attempt_id
+    }
+
+    fn cancel_requested(&self) -> bool {
+        self.lease.cancel_requested.load(Ordering::SeqCst)
+    }
+
+    fn cancellation(&self) -> CancellationToken {
+        self.lease.cancel.clone()
+    }
+
+    async fn validate_execution_result(&self, result: &Value) -> ExecutionResult<()> {
+        self.backend.validate_result(result)
+    }
+
+    async fn complete_execution(
+        &mut self,
+        completion: ExecutionCompletion,
+    ) -> ExecutionResult<Execution> {
+        if let Some(done) = &self.completed {
+            return Ok(done.clone());
+        }
+        self.stop_heartbeat();
+        let succeeded = matches!(completion, ExecutionCompletion::Succeeded { .. });
+        let execution = self
+            .backend
+            .complete(
+                self.execution_id,
+                self.attempt_id,
+                self.lease_token,
+                completion,
+            )
+            .await?;
+        if succeeded && execution.status == ExecutionStatus::Cancelled {
+            self.lease.cancel_requested.store(true, Ordering::SeqCst);
+        }
+        self.completed = Some(execution.clone());
+        Ok(execution)
+    }
+}

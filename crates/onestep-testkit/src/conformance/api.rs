@@ -1,0 +1,650 @@
+//! Submit, read, list and cancel (the API side).
+
+use onestep_core::execution::{
+    ExecutionBackend, ExecutionClient, ExecutionCompletion, ExecutionError, ExecutionLimits,
+    ExecutionQuery, ExecutionStatus, SubmitOptions,
+};
+use serde_json::{Map, Value, json};
+use time::macros::datetime;
+use uuid::Uuid;
+
+use onestep_core::clock::Clock;
+
+use super::*;
+
+/// Submit returns a queued snapshot equal to what `get` returns; a success with no result reads
+/// back as `null`.
+pub async fn submit_get_and_successful_none_result_round_trip<F: BackendFactory>(f: &F) {
+    let (b, setup) = backend(f).await;
+    let mut meta = Map::new();
+    meta.insert("tenant".into(), json!("acme"));
+    let submitted = b
+        .submit(request(
+            "report",
+            json!({"month": "2026-11"}),
+            SubmitOptions::default().metadata(meta),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(submitted.status, ExecutionStatus::Queued);
+    assert_eq!((submitted.attempts, submitted.version), (0, 0));
+    assert_eq!(submitted.created_at, setup.clock.now());
+    assert_eq!(submitted.available_at, submitted.created_at);
+    assert_eq!(submitted.metadata["tenant"], "acme");
+    assert_eq!(submitted.result, None);
+    let fetched = b.get(NS, submitted.id).await.unwrap().unwrap();
+    assert_eq!(fetched, submitted);
+
+    let lease = claim_one(&b, "report", 30.0).await;
+    let done = complete(
+        &b,
+        &lease,
+        ExecutionCompletion::Succeeded {
+            result: Value::Null,
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(done.status, ExecutionStatus::Succeeded);
+    let client = ExecutionClient::new(b.clone(), NS).unwrap();
+    assert_eq!(
+        client.result::<Option<i32>>(submitted.id).await.unwrap(),
+        None
+    );
+    assert!(matches!(
+        client.result::<Value>(Uuid::new_v4()).await,
+        Err(ExecutionError::NotFound(_))
+    ));
+}
+
+/// Payload and metadata over their configured limits are encoding errors and store nothing.
+pub async fn submit_rejects_payload_and_metadata_over_their_limits<F: BackendFactory>(f: &F) {
+    let setup = Setup {
+        limits: ExecutionLimits {
+            max_payload_bytes: 64,
+            max_metadata_bytes: 32,
+            max_result_bytes: 64,
+        },
+        ..Setup::default()
+    };
+    let (b, _) = backend_with(f, setup).await;
+    let err = b
+        .submit(request(
+            "t",
+            json!("x".repeat(100)),
+            SubmitOptions::default(),
+        ))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, ExecutionError::Encoding(m) if m == "execution payload exceeds the configured limit"),
+        "{err}"
+    );
+    let mut meta = Map::new();
+    meta.insert("k".into(), json!("v".repeat(40)));
+    let err = b
+        .submit(request(
+            "t",
+            json!(1),
+            SubmitOptions::default().metadata(meta),
+        ))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, ExecutionError::Encoding(m) if m == "execution metadata exceeds the configured limit"),
+        "{err}"
+    );
+    let page = b.list(&query(None, None, 10)).await.unwrap();
+    assert!(page.items.is_empty(), "nothing was stored");
+    // A payload of exactly the limit is accepted: the limit is inclusive.
+    let exact = json!("y".repeat(62));
+    b.submit(request("t", exact, SubmitOptions::default()))
+        .await
+        .unwrap();
+}
+
+/// Metadata may not use the key the runtime reserves for workers.
+pub async fn submit_rejects_the_reserved_metadata_key<F: BackendFactory>(f: &F) {
+    let (b, _) = backend(f).await;
+    let mut meta = Map::new();
+    meta.insert("onestep.execution".into(), json!({}));
+    let err = b
+        .submit(request(
+            "t",
+            json!(1),
+            SubmitOptions::default().metadata(meta),
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "metadata key 'onestep.execution' is reserved"
+    );
+}
+
+/// Tagged values (datetime, uuid, decimal, bytes, mappings with a `$onestep` key) survive the store.
+pub async fn tagged_values_round_trip_through_the_store<F: BackendFactory>(f: &F) {
+    let (b, _) = backend(f).await;
+    let payload = json!({
+        "when": {"$onestep": {"type": "datetime", "value": "2026-01-02T03:04:05.000006+08:00", "fold": 0}},
+        "id": {"$onestep": {"type": "uuid", "value": "12345678-1234-5678-1234-567812345678"}},
+        "amount": {"$onestep": {"type": "decimal", "value": "12.50"}},
+        "blob": {"$onestep": {"type": "bytes", "value": "AAEC/w=="}},
+        "unicode": "naïve ☃ 𝄞",
+        "float": 0.1,
+        "big": 9007199254740993_u64,
+    });
+    let submitted = b
+        .submit(request("t", payload.clone(), SubmitOptions::default()))
+        .await
+        .unwrap();
+    let fetched = b.get(NS, submitted.id).await.unwrap().unwrap();
+    assert_eq!(fetched.payload, payload);
+    let escaped = json!({"$onestep": "a user key", "other": 1});
+    let submitted = b
+        .submit(request("t", escaped.clone(), SubmitOptions::default()))
+        .await
+        .unwrap();
+    assert_eq!(
+        b.get(NS, submitted.id).await.unwrap().unwrap().payload,
+        escaped
+    );
+}
+
+/// The same key with the same submission returns the original execution, from another backend
+/// instance over the same tables too.
+pub async fn same_idempotency_key_and_digest_returns_the_original_execution<F: BackendFactory>(
+    f: &F,
+) {
+    let (first_backend, setup) = backend(f).await;
+    let second_backend = f.create(&setup).await;
+    let opts = || {
+        SubmitOptions::default()
+            .idempotency_key("order-7")
+            .delay(std::time::Duration::from_secs(5))
+            .expires_at(datetime!(2026-06-01 12:00 +08:00))
+    };
+    let first = first_backend
+        .submit(request("charge", json!({"order": 7}), opts()))
+        .await
+        .unwrap();
+    let again = second_backend
+        .submit(request("charge", json!({"order": 7}), opts()))
+        .await
+        .unwrap();
+    assert_eq!(again.id, first.id);
+    let other_task = second_backend
+        .submit(request("refund", json!({"order": 7}), opts()))
+        .await
+        .unwrap();
+    assert_ne!(other_task.id, first.id, "the key is scoped by task");
+}
+
+/// The same key with a different payload, delay or expiry offset is a conflict.
+pub async fn same_idempotency_key_with_a_different_submission_conflicts<F: BackendFactory>(f: &F) {
+    let (b, _) = backend(f).await;
+    let key = || SubmitOptions::default().idempotency_key("k1");
+    b.submit(request(
+        "t",
+        json!({"n": 1}),
+        key().expires_at(datetime!(2026-06-01 04:00 UTC)),
+    ))
+    .await
+    .unwrap();
+    for (payload, options) in [
+        (
+            json!({"n": 2}),
+            key().expires_at(datetime!(2026-06-01 04:00 UTC)),
+        ),
+        (
+            json!({"n": 1}),
+            key().expires_at(datetime!(2026-06-01 12:00 +08:00)),
+        ),
+        (
+            json!({"n": 1}),
+            key()
+                .expires_at(datetime!(2026-06-01 04:00 UTC))
+                .delay(std::time::Duration::from_secs(1)),
+        ),
+    ] {
+        let err = b.submit(request("t", payload, options)).await.unwrap_err();
+        assert!(
+            matches!(&err, ExecutionError::Conflict(m) if m == "idempotency key was already used with a different submission"),
+            "{err}"
+        );
+    }
+}
+
+/// An idempotent re-submit returns the execution even after it finished.
+pub async fn idempotent_resubmit_returns_the_execution_whatever_its_status<F: BackendFactory>(
+    f: &F,
+) {
+    let (b, _) = backend(f).await;
+    let opts = || SubmitOptions::default().idempotency_key("once");
+    let first = b.submit(request("t", json!(1), opts())).await.unwrap();
+    let lease = claim_one(&b, "t", 30.0).await;
+    complete(
+        &b,
+        &lease,
+        ExecutionCompletion::Succeeded {
+            result: json!("done"),
+        },
+    )
+    .await
+    .unwrap();
+    let again = b.submit(request("t", json!(1), opts())).await.unwrap();
+    assert_eq!(
+        (again.id, again.status),
+        (first.id, ExecutionStatus::Succeeded)
+    );
+    assert_eq!(again.result, Some(json!("done")));
+}
+
+/// Submissions without a key are always new executions.
+pub async fn executions_without_a_key_never_conflict<F: BackendFactory>(f: &F) {
+    let (b, _) = backend(f).await;
+    let a = submit(&b, "t", json!(1)).await;
+    let c = submit(&b, "t", json!(1)).await;
+    assert_ne!(a.id, c.id);
+}
+
+/// A batch submit stores every valid item and reports each failure on its own.
+pub async fn submit_many_applies_the_rules_to_each_item<F: BackendFactory>(f: &F) {
+    let (b, _) = backend(f).await;
+    let first = b
+        .submit(request(
+            "t",
+            json!(0),
+            SubmitOptions::default().idempotency_key("dup"),
+        ))
+        .await
+        .unwrap();
+    let mut reserved = Map::new();
+    reserved.insert("onestep.execution".into(), json!(1));
+    let results = b
+        .submit_many(vec![
+            request("t", json!(1), SubmitOptions::default()),
+            request(
+                "t",
+                json!(0),
+                SubmitOptions::default().idempotency_key("dup"),
+            ),
+            request(
+                "t",
+                json!(9),
+                SubmitOptions::default().idempotency_key("dup"),
+            ),
+            request("t", json!(2), SubmitOptions::default().metadata(reserved)),
+            request(
+                "t",
+                json!(3),
+                SubmitOptions::default().idempotency_key("fresh"),
+            ),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(results.len(), 5);
+    assert!(results[0].is_ok());
+    assert_eq!(results[1].as_ref().unwrap().id, first.id);
+    assert!(matches!(results[2], Err(ExecutionError::Conflict(_))));
+    assert!(matches!(
+        results[3],
+        Err(ExecutionError::InvalidArgument { .. })
+    ));
+    assert!(results[4].is_ok());
+    assert_eq!(
+        b.list(&query(Some("t"), None, 50))
+            .await
+            .unwrap()
+            .items
+            .len(),
+        3
+    );
+}
+
+/// Namespaces isolate executions.
+pub async fn get_in_another_namespace_returns_none<F: BackendFactory>(f: &F) {
+    let (b, _) = backend(f).await;
+    let e = submit(&b, "t", json!(1)).await;
+    assert!(b.get("elsewhere", e.id).await.unwrap().is_none());
+    assert!(
+        b.request_cancel("elsewhere", e.id, None)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(b.get(NS, Uuid::new_v4()).await.unwrap().is_none());
+}
+
+/// Cancelling queued or retrying work cancels it at once.
+pub async fn cancel_of_queued_and_retrying_work_is_immediate<F: BackendFactory>(f: &F) {
+    let (b, setup) = backend(f).await;
+    let queued = submit(&b, "q", json!(1)).await;
+    let cancelled = b
+        .request_cancel(NS, queued.id, Some("not needed"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(cancelled.status, ExecutionStatus::Cancelled);
+    assert_eq!(cancelled.finished_at, Some(setup.clock.now()));
+    assert_eq!(cancelled.cancel_requested_at, Some(setup.clock.now()));
+    assert_eq!(cancelled.version, 1);
+
+    let retrying = submit(&b, "r", json!(1)).await;
+    let lease = claim_one(&b, "r", 30.0).await;
+    complete(
+        &b,
+        &lease,
+        ExecutionCompletion::Retrying {
+            error: None,
+            delay_s: Some(60.0),
+        },
+    )
+    .await
+    .unwrap();
+    let cancelled = b
+        .request_cancel(NS, retrying.id, None)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(cancelled.status, ExecutionStatus::Cancelled);
+    assert!(claim(&b, "r", 5, 30.0).await.is_empty());
+}
+
+/// Cancelling running work asks the worker to stop; the lease is untouched.
+pub async fn cancel_of_running_work_requests_cooperative_cancellation<F: BackendFactory>(f: &F) {
+    let (b, _) = backend(f).await;
+    let e = submit(&b, "t", json!(1)).await;
+    let lease = claim_one(&b, "t", 30.0).await;
+    let requested = b
+        .request_cancel(NS, e.id, Some("user asked"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(requested.status, ExecutionStatus::CancelRequested);
+    assert_eq!(requested.finished_at, None);
+    let beat = b
+        .heartbeat(e.id, lease.attempt_id, lease.lease_token, secs(30.0))
+        .await
+        .unwrap();
+    assert!(beat.cancel_requested);
+}
+
+/// Cancelling finished (or already cancel-requested) work returns it unchanged.
+pub async fn cancel_of_finished_work_changes_nothing<F: BackendFactory>(f: &F) {
+    let (b, _) = backend(f).await;
+    let e = submit(&b, "t", json!(1)).await;
+    let lease = claim_one(&b, "t", 30.0).await;
+    complete(
+        &b,
+        &lease,
+        ExecutionCompletion::Succeeded { result: json!(1) },
+    )
+    .await
+    .unwrap();
+    let first = b
+        .request_cancel(NS, e.id, Some("late"))
+        .await
+        .unwrap()
+        .unwrap();
+    let second = b
+        .request_cancel(NS, e.id, Some("later"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(first.status, ExecutionStatus::Succeeded);
+    assert_eq!(first, second);
+
+    let running = submit(&b, "u", json!(1)).await;
+    claim_one(&b, "u", 30.0).await;
+    let requested = b
+        .request_cancel(NS, running.id, Some("first"))
+        .await
+        .unwrap()
+        .unwrap();
+    let repeated = b
+        .request_cancel(NS, running.id, Some("second"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(requested, repeated, "a repeated cancel is idempotent");
+}
+
+/// Cancelling an unknown id returns `None`.
+pub async fn cancel_of_a_missing_execution_returns_none<F: BackendFactory>(f: &F) {
+    let (b, _) = backend(f).await;
+    assert!(
+        b.request_cancel(NS, Uuid::new_v4(), None)
+            .await
+            .unwrap()
+            .is_none()
+    );
+}
+
+fn query(task: Option<&str>, status: Option<ExecutionStatus>, limit: u32) -> ExecutionQuery {
+    ExecutionQuery {
+        namespace: NS.into(),
+        task_name: task.map(str::to_string),
+        status,
+        limit,
+        cursor: None,
+    }
+}
+
+/// Listing is newest first, filters by task and status, and pages with a keyset cursor without
+/// duplicates or gaps.
+pub async fn list_pages_newest_first_with_filters_and_a_keyset_cursor<F: BackendFactory>(f: &F) {
+    let (b, setup) = backend(f).await;
+    let mut ids = Vec::new();
+    for n in 0..3 {
+        ids.push(submit(&b, "a", json!(n)).await.id);
+        setup.clock.advance(secs(1.0));
+    }
+    submit(&b, "b", json!("other task")).await;
+    let first = b
+        .list(&ExecutionQuery {
+            limit: 2,
+            ..query(Some("a"), None, 2)
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        first.items.iter().map(|e| e.id).collect::<Vec<_>>(),
+        vec![ids[2], ids[1]]
+    );
+    let cursor = first.next_cursor.clone().expect("a second page exists");
+    let second = b
+        .list(&ExecutionQuery {
+            cursor: Some(cursor),
+            ..query(Some("a"), None, 2)
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        second.items.iter().map(|e| e.id).collect::<Vec<_>>(),
+        vec![ids[0]]
+    );
+    assert_eq!(second.next_cursor, None);
+    let exact = b.list(&query(Some("a"), None, 3)).await.unwrap();
+    assert_eq!((exact.items.len(), exact.next_cursor), (3, None));
+
+    b.request_cancel(NS, ids[1], None).await.unwrap();
+    let cancelled = b
+        .list(&query(None, Some(ExecutionStatus::Cancelled), 50))
+        .await
+        .unwrap();
+    assert_eq!(
+        cancelled.items.iter().map(|e| e.id).collect::<Vec<_>>(),
+        vec![ids[1]]
+    );
+    assert_eq!(b.list(&query(None, None, 50)).await.unwrap().items.len(), 4);
+}
+
+/// A well-formed cursor with `v` other than 1 is "unknown cursor version".
+pub async fn list_rejects_a_cursor_with_an_unknown_version<F: BackendFactory>(f: &F) {
+    let (b, _) = backend(f).await;
+    let raw = r#"{"v":2,"created_at":"2026-01-01T00:00:00+00:00","id":"12345678-1234-5678-1234-567812345678"}"#;
+    let cursor = base64url(raw.as_bytes());
+    let err = b
+        .list(&ExecutionQuery {
+            cursor: Some(cursor),
+            ..query(None, None, 10)
+        })
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("unknown cursor version"), "{err}");
+}
+
+/// Malformed, padded, non-compact, non-object, boolean-version and over-long cursors are
+/// "invalid execution cursor".
+pub async fn list_rejects_malformed_and_non_canonical_cursors<F: BackendFactory>(f: &F) {
+    let (b, _) = backend(f).await;
+    let canonical = r#"{"v":1,"created_at":"2026-01-01T00:00:00+00:00","id":"12345678-1234-5678-1234-567812345678"}"#;
+    let mut padded = base64url(canonical.as_bytes());
+    while !padded.len().is_multiple_of(4) {
+        padded.push('=');
+    }
+    let cases = vec![
+        "not-base64!".to_string(),
+        padded,
+        base64url(canonical.replace(",", ", ").as_bytes()),
+        base64url(b"[]"),
+        base64url(canonical.replace("\"v\":1", "\"v\":true").as_bytes()),
+        "A".repeat(1025),
+    ];
+    for cursor in cases {
+        let err = b
+            .list(&ExecutionQuery {
+                cursor: Some(cursor.clone()),
+                ..query(None, None, 10)
+            })
+            .await
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("invalid execution cursor"),
+            "{cursor:?}: {err}"
+        );
+    }
+}
+
+fn base64url(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..=chunk.len() {
+            out.push(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize] as char);
+        }
+    }
+    out
+}
+
+/// `result` never waits and reports each status with its own error.
+pub async fn client_result_reports_each_status<F: BackendFactory>(f: &F) {
+    let (b, _) = backend(f).await;
+    let client = ExecutionClient::new(b.clone(), NS).unwrap();
+    let queued = submit(&b, "q", json!(1)).await;
+    assert!(matches!(
+        client.result::<Value>(queued.id).await,
+        Err(ExecutionError::NotReady(_))
+    ));
+    let running = submit(&b, "r", json!(1)).await;
+    let lease = claim_one(&b, "r", 30.0).await;
+    assert!(matches!(
+        client.result::<Value>(running.id).await,
+        Err(ExecutionError::NotReady(_))
+    ));
+    complete(
+        &b,
+        &lease,
+        ExecutionCompletion::Failed {
+            error: Some(detail("error", "ValueError")),
+        },
+    )
+    .await
+    .unwrap();
+    match client.result::<Value>(running.id).await {
+        Err(ExecutionError::Failed(e)) => assert_eq!(e.error.unwrap().exception_type, "ValueError"),
+        other => panic!("expected Failed, got {other:?}"),
+    }
+    let cancelled = submit(&b, "c", json!(1)).await;
+    client.cancel(cancelled.id, Some("  ")).await.unwrap();
+    assert!(matches!(
+        client.result::<Value>(cancelled.id).await,
+        Err(ExecutionError::Cancelled(_))
+    ));
+    let succeeded = submit(&b, "s", json!(1)).await;
+    let lease = claim_one(&b, "s", 30.0).await;
+    complete(
+        &b,
+        &lease,
+        ExecutionCompletion::Succeeded {
+            result: json!({"answer": 42}),
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        client.result::<Value>(succeeded.id).await.unwrap(),
+        json!({"answer": 42})
+    );
+    let err = client.result::<Vec<u8>>(succeeded.id).await.unwrap_err();
+    assert!(matches!(err, ExecutionError::Encoding(_)));
+    let terminal = client.wait(succeeded.id, secs(1.0)).await.unwrap();
+    assert_eq!(terminal.status, ExecutionStatus::Succeeded);
+}
+
+/// The client rejects bad arguments before anything reaches the backend.
+pub async fn client_validates_arguments_before_any_io<F: BackendFactory>(f: &F) {
+    let (b, _) = backend(f).await;
+    assert!(ExecutionClient::new(b.clone(), "  ").is_err());
+    let client = ExecutionClient::new(b.clone(), NS).unwrap();
+    let err = client.list(None, None, 0, None).await.unwrap_err();
+    assert_eq!(err.to_string(), "limit must be between 1 and 200, got 0");
+    assert!(client.list(None, None, 201, None).await.is_err());
+    let err = client
+        .cancel(Uuid::new_v4(), Some(&"x".repeat(501)))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "reason must be at most 500 characters, got 501"
+    );
+    let err = client.get_str("not-a-uuid").await.unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "execution_id must be a UUID, got \"not-a-uuid\""
+    );
+    let err = client
+        .submit("", &json!(1), SubmitOptions::default())
+        .await
+        .unwrap_err();
+    assert_eq!(err.to_string(), "task_name must be a non-empty string");
+    let err = client
+        .submit(
+            "t",
+            &json!(1),
+            SubmitOptions {
+                delay_s: Some(f64::NAN),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .starts_with("delay_s must be a finite number >= 0")
+    );
+    assert!(
+        b.list(&query(None, None, 10))
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+}

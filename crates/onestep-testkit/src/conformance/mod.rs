@@ -1,0 +1,94 @@
+//! The tracked-execution contract as test cases. Each case builds its own isolated backend with
+//! [`BackendFactory::create`], drives it, and panics with a message
+//! on any deviation. Time moves only through the [`Setup`] clock.
+// A test suite: panicking on an unexpected error is how a case fails.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod api;
+mod lease;
+mod worker;
+
+pub use api::*;
+pub use lease::*;
+pub use worker::*;
+
+use std::time::Duration;
+
+use onestep_core::execution::{
+    ExecutionBackend, ExecutionCompletion, ExecutionErrorDetail, ExecutionLease, ExecutionRequest,
+    LeasedExecutionBackend, SubmitOptions,
+};
+use serde_json::Value;
+
+use crate::{BackendFactory, Setup};
+
+/// The namespace every case uses unless it tests namespaces.
+pub const NS: &str = "conformance";
+
+async fn backend<F: BackendFactory>(f: &F) -> (F::Backend, Setup) {
+    let setup = Setup::default();
+    (f.create(&setup).await, setup)
+}
+
+async fn backend_with<F: BackendFactory>(f: &F, setup: Setup) -> (F::Backend, Setup) {
+    (f.create(&setup).await, setup)
+}
+
+fn request(task: &str, payload: Value, options: SubmitOptions) -> ExecutionRequest {
+    ExecutionRequest::new(NS, task, payload, options).unwrap()
+}
+
+async fn submit<B: ExecutionBackend>(
+    b: &B,
+    task: &str,
+    payload: Value,
+) -> onestep_core::execution::Execution {
+    b.submit(request(task, payload, SubmitOptions::default()))
+        .await
+        .unwrap()
+}
+
+fn secs(n: f64) -> Duration {
+    Duration::from_secs_f64(n)
+}
+
+async fn claim<B: LeasedExecutionBackend>(
+    b: &B,
+    task: &str,
+    limit: usize,
+    lease_s: f64,
+) -> Vec<ExecutionLease> {
+    b.claim(NS, &[task.to_string()], limit, secs(lease_s), "worker-1")
+        .await
+        .unwrap()
+}
+
+async fn claim_one<B: LeasedExecutionBackend>(b: &B, task: &str, lease_s: f64) -> ExecutionLease {
+    let mut leases = claim(b, task, 1, lease_s).await;
+    assert_eq!(
+        leases.len(),
+        1,
+        "expected one claimable execution of {task}"
+    );
+    leases.remove(0)
+}
+
+async fn complete<B: LeasedExecutionBackend>(
+    b: &B,
+    lease: &ExecutionLease,
+    completion: ExecutionCompletion,
+) -> Result<onestep_core::execution::Execution, onestep_core::execution::ExecutionError> {
+    b.complete(
+        lease.execution.id,
+        lease.attempt_id,
+        lease.lease_token,
+        completion,
+    )
+    .await
+}
+
+fn detail(kind: &str, exception_type: &str) -> ExecutionErrorDetail {
+    let mut d = ExecutionErrorDetail::new(kind, exception_type).unwrap();
+    d.stage = Some("handler".into());
+    d
+}

@@ -1,0 +1,125 @@
+//! [`SqlConnector`]: a lazily built connection pool that backends and sources can share.
+
+use std::sync::{Arc, Mutex};
+
+use onestep_core::execution::{ExecutionError, ExecutionResult};
+use onestep_core::{ConnectorErrorKind, ConnectorOperation, ConnectorOperationError};
+
+use crate::dialect::Dialect;
+use crate::dsn::Dsn;
+
+struct Inner<D: Dialect> {
+    dsn: Dsn,
+    max_connections: u32,
+    pool: Mutex<Option<sqlx::Pool<D::Db>>>,
+}
+
+/// A database connection pool for one dialect, built on first use (no I/O before).
+///
+/// Clones share the pool. Pass one connector to several backends and sources so a worker holds
+/// one pool; a backend built from a connector never closes it.
+pub struct SqlConnector<D: Dialect> {
+    inner: Arc<Inner<D>>,
+}
+
+impl<D: Dialect> Clone for SqlConnector<D> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+impl<D: Dialect> std::fmt::Debug for SqlConnector<D> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqlConnector")
+            .field("dsn", &self.inner.dsn)
+            .field("max_connections", &self.inner.max_connections)
+            .finish()
+    }
+}
+
+impl<D: Dialect> SqlConnector<D> {
+    /// A connector for `dsn` with at most 10 connections. The DSN may use the reference's
+    /// SQLAlchemy spelling (`postgresql+psycopg://…`); its scheme must match the dialect.
+    pub fn new(dsn: &str) -> ExecutionResult<Self> {
+        let dsn = Dsn::parse(dsn).map_err(|m| {
+            ExecutionError::invalid("dsn", m.trim_start_matches("dsn ").to_string())
+        })?;
+        if dsn.scheme() != D::NAME {
+            return Err(ExecutionError::invalid(
+                "dsn",
+                format!(
+                    "must be a {} URL, got a {} URL ({})",
+                    D::NAME,
+                    dsn.scheme(),
+                    dsn.redacted()
+                ),
+            ));
+        }
+        Ok(Self {
+            inner: Arc::new(Inner {
+                dsn,
+                max_connections: 10,
+                pool: Mutex::new(None),
+            }),
+        })
+    }
+
+    /// Sets the pool size (>= 1).
+    pub fn with_max_connections(self, max_connections: u32) -> ExecutionResult<Self> {
+        if max_connections < 1 {
+            return Err(ExecutionError::invalid(
+                "max_connections",
+                "must be >= 1, got 0",
+            ));
+        }
+        Ok(Self {
+            inner: Arc::new(Inner {
+                dsn: self.inner.dsn.clone(),
+                max_connections,
+                pool: Mutex::new(None),
+            }),
+        })
+    }
+
+    /// The DSN (prints redacted).
+    pub fn dsn(&self) -> &Dsn {
+        &self.inner.dsn
+    }
+
+    /// The pool, built on first call.
+    pub fn pool(&self) -> ExecutionResult<sqlx::Pool<D::Db>> {
+        let mut slot = self.inner.pool.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(pool) = slot.as_ref().filter(|p| !p.is_closed()) {
+            return Ok(pool.clone());
+        }
+        let pool =
+            D::connect_lazy(&self.inner.dsn, self.inner.max_connections).map_err(|message| {
+                ExecutionError::Connector(
+                    ConnectorOperationError::new(
+                        D::NAME,
+                        ConnectorOperation::Open,
+                        ConnectorErrorKind::Misconfigured,
+                        self.inner.dsn.redacted(),
+                    )
+                    .with_cause(std::io::Error::other(message)),
+                )
+            })?;
+        *slot = Some(pool.clone());
+        Ok(pool)
+    }
+
+    /// Closes the pool; the next use builds a new one.
+    pub async fn close(&self) {
+        let pool = self
+            .inner
+            .pool
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(pool) = pool {
+            pool.close().await;
+        }
+    }
+}

@@ -1,0 +1,133 @@
+//! The small interface the shared state machine needs from a database.
+
+use async_trait::async_trait;
+use onestep_core::execution::ExecutionResult;
+use onestep_core::execution::stored::{AttemptRow, ExecutionRow};
+use onestep_core::{ConnectorErrorKind, ConnectorOperation, ConnectorOperationError};
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+use crate::param::Param;
+use crate::schema::{self, TableNames};
+
+/// A row of maintenance candidates: id, version and lease token.
+pub type Candidate = (Uuid, i64, Option<Uuid>);
+
+/// What differs between PostgreSQL, MySQL and SQLite: how to lock, what "now" is, how values bind
+/// and decode, how errors classify, and how tables are created.
+///
+/// Statements are written once with `?` placeholders; [`Dialect::render`] adapts them.
+#[async_trait]
+pub trait Dialect: Send + Sync + Sized + 'static {
+    /// The sqlx database.
+    type Db: sqlx::Database;
+
+    /// The backend name in errors and source names (`"postgres"`, `"mysql"`, `"sqlite"`).
+    const NAME: &'static str;
+
+    /// The schema rules (identifier limits, DDL) of this dialect.
+    const SCHEMA: schema::Dialect;
+
+    /// The clause that locks selected rows for the transaction (`" FOR UPDATE"`, or empty).
+    const FOR_UPDATE: &'static str;
+
+    /// The clause that locks selected rows and skips rows locked by others (claims).
+    const SKIP_LOCKED: &'static str;
+
+    /// Quotes a validated identifier (`"name"`, or `` `name` `` on MySQL), as the DDL does.
+    fn quote(identifier: &str) -> String {
+        format!("\"{identifier}\"")
+    }
+
+    /// Adapts `?` placeholders to the dialect.
+    fn render(sql: &str) -> String;
+
+    /// Builds a pool without connecting (connections open on first use).
+    fn connect_lazy(
+        dsn: &crate::dsn::Dsn,
+        max_connections: u32,
+    ) -> Result<sqlx::Pool<Self::Db>, String>;
+
+    /// Starts a transaction that may write.
+    async fn begin(
+        pool: &sqlx::Pool<Self::Db>,
+    ) -> Result<sqlx::Transaction<'static, Self::Db>, sqlx::Error>;
+
+    /// Runs a statement; returns the number of rows it matched.
+    async fn execute(
+        tx: &mut sqlx::Transaction<'static, Self::Db>,
+        sql: &str,
+        params: Vec<Param>,
+    ) -> Result<u64, sqlx::Error>;
+
+    /// Runs a query returning execution rows (all columns, in table order).
+    async fn fetch_executions(
+        tx: &mut sqlx::Transaction<'static, Self::Db>,
+        sql: &str,
+        params: Vec<Param>,
+    ) -> Result<Vec<ExecutionRow>, sqlx::Error>;
+
+    /// Runs a query returning `id, version, lease_token`.
+    async fn fetch_candidates(
+        tx: &mut sqlx::Transaction<'static, Self::Db>,
+        sql: &str,
+        params: Vec<Param>,
+    ) -> Result<Vec<Candidate>, sqlx::Error>;
+
+    /// Runs a query returning attempt rows (all columns, in table order).
+    async fn fetch_attempts(
+        tx: &mut sqlx::Transaction<'static, Self::Db>,
+        sql: &str,
+        params: Vec<Param>,
+    ) -> Result<Vec<AttemptRow>, sqlx::Error>;
+
+    /// The database's own time for lease decisions, when the dialect uses it (PostgreSQL's
+    /// transaction time); `None` means the process clock decides.
+    async fn database_now(
+        tx: &mut sqlx::Transaction<'static, Self::Db>,
+    ) -> Result<Option<OffsetDateTime>, sqlx::Error>;
+
+    /// Checks the server is supported, once per pool (MySQL ≥ 8.0.16, MariaDB ≥ 10.6).
+    async fn check_server(pool: &sqlx::Pool<Self::Db>) -> ExecutionResult<()>;
+
+    /// Creates missing tables under a cross-process lock (`auto_create`), or reports
+    /// "missing execution tables: a, b".
+    async fn ensure_tables(
+        pool: &sqlx::Pool<Self::Db>,
+        tables: &TableNames,
+        auto_create: bool,
+    ) -> ExecutionResult<()>;
+
+    /// Classifies a driver error.
+    fn classify(err: &sqlx::Error) -> ConnectorErrorKind;
+
+    /// Maps a driver error onto the core's connector error (no secrets: sqlx errors carry no DSN).
+    fn connector_error(operation: ConnectorOperation, err: sqlx::Error) -> ConnectorOperationError {
+        let kind = Self::classify(&err);
+        ConnectorOperationError::new(
+            Self::NAME,
+            operation,
+            kind,
+            format!("{}.execution", Self::NAME),
+        )
+        .with_cause(err)
+    }
+}
+
+/// Classification shared by every dialect for errors that are not the server's.
+pub(crate) fn classify_common(err: &sqlx::Error) -> Option<ConnectorErrorKind> {
+    use sqlx::Error as E;
+    Some(match err {
+        E::Io(_) | E::Tls(_) | E::PoolClosed | E::WorkerCrashed => ConnectorErrorKind::Disconnected,
+        E::PoolTimedOut => ConnectorErrorKind::Transient,
+        E::Configuration(_) => ConnectorErrorKind::Misconfigured,
+        E::Protocol(_) => ConnectorErrorKind::Disconnected,
+        E::ColumnDecode { .. }
+        | E::Decode(_)
+        | E::ColumnNotFound(_)
+        | E::ColumnIndexOutOfBounds { .. }
+        | E::TypeNotFound { .. } => ConnectorErrorKind::Permanent,
+        E::RowNotFound => ConnectorErrorKind::Permanent,
+        _ => return None,
+    })
+}

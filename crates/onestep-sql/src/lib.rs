@@ -1,0 +1,64 @@
+//! # onestep-sql
+//!
+//! Durable tracked execution on SQL databases: one state machine ([`SqlExecutionBackend`])
+//! over three dialects behind features — [`postgres`], [`mysql`] (MySQL 8.0.16+ and MariaDB
+//! 10.6+) and [`sqlite`]. The tables are the Python reference's, so a Python API and a Rust worker
+//! can share one database.
+//!
+//! ```no_run
+//! use onestep_core::execution::{ExecutionClient, ExecutionSourceOptions, SubmitOptions};
+//! use onestep_sql::postgres::{self, PostgresExecutionBackend};
+//! use onestep_sql::BackendOptions;
+//!
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! // API process
+//! let backend = PostgresExecutionBackend::new("postgres://app@127.0.0.1/app", BackendOptions::default())?;
+//! let client = ExecutionClient::new(backend, "billing")?;
+//! let execution = client.submit("monthly-report", &serde_json::json!({"month": "2026-11"}),
+//!                               SubmitOptions::default().idempotency_key("report-2026-11")).await?;
+//!
+//! // Worker process: plug the source into an OneStepApp task named "monthly-report".
+//! let source = postgres::execution_source(
+//!     "postgres://app@127.0.0.1/app",
+//!     BackendOptions::default(),
+//!     ExecutionSourceOptions::new("billing", "monthly-report"),
+//! )?;
+//! # let _ = (execution, source);
+//! # Ok(()) }
+//! ```
+
+mod connector;
+mod decode;
+pub mod dialect;
+pub mod dsn;
+mod machine;
+pub mod param;
+pub mod schema;
+mod sql;
+
+#[cfg(feature = "mysql")]
+pub mod mysql;
+#[cfg(feature = "postgres")]
+pub mod postgres;
+#[cfg(feature = "sqlite")]
+pub mod sqlite;
+
+pub use connector::SqlConnector;
+pub use dialect::Dialect;
+pub use machine::{BackendOptions, SqlExecutionBackend};
+
+use onestep_core::execution::ExecutionError;
+use onestep_core::{ConnectorErrorKind, ConnectorOperation, ConnectorOperationError};
+
+/// A setup failure (missing tables, unsupported server) as a misconfiguration.
+pub(crate) fn setup_error<D: Dialect>(message: String) -> ExecutionError {
+    ExecutionError::Connector(
+        ConnectorOperationError::new(
+            D::NAME,
+            ConnectorOperation::Open,
+            ConnectorErrorKind::Misconfigured,
+            format!("{}.execution", D::NAME),
+        )
+        .with_cause(std::io::Error::other(message)),
+    )
+}

@@ -1,0 +1,991 @@
+//! [`SqlExecutionBackend`]: the execution state machine, written once over a [`Dialect`].
+
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use onestep_core::ConnectorOperation;
+use onestep_core::clock::SharedClock;
+use onestep_core::execution::backend::validate_claim;
+use onestep_core::execution::cursor::{decode_cursor, encode_cursor};
+use onestep_core::execution::state::{
+    attempt_status_for, cancel_target, cancel_wins, completion_sources, is_replay,
+};
+use onestep_core::execution::stored::{AttemptRow, ExecutionRow, encode_result, encode_submission};
+use onestep_core::execution::{
+    AttemptStatus, Execution, ExecutionBackend, ExecutionCompletion, ExecutionError,
+    ExecutionLease, ExecutionLimits, ExecutionPage, ExecutionQuery, ExecutionRequest,
+    ExecutionResult, ExecutionStatus, HeartbeatResult, LeasedExecutionBackend,
+};
+use serde_json::Value;
+use time::OffsetDateTime;
+use tokio::sync::Mutex as AsyncMutex;
+use uuid::Uuid;
+
+use crate::connector::SqlConnector;
+use crate::dialect::Dialect;
+use crate::param::Param;
+use crate::schema::{SchemaError, TableNames};
+use crate::sql;
+
+/// Options of a SQL execution backend, with the reference's defaults.
+#[derive(Debug, Clone)]
+pub struct BackendOptions {
+    /// The executions table (default `onestep_executions`).
+    pub table: String,
+    /// The attempts table (default `onestep_execution_attempts`).
+    pub attempts_table: String,
+    /// Create missing tables on first use (default true). With false, missing tables are an error.
+    pub auto_create: bool,
+    /// Size limits.
+    pub limits: ExecutionLimits,
+    /// How many expired rows each claim recovers per maintenance step (default 100).
+    pub reclaim_batch_size: usize,
+    /// Decide leases with this clock instead of the dialect's (tests). PostgreSQL otherwise uses
+    /// the transaction's database time; MySQL and SQLite the process clock.
+    pub clock: Option<SharedClock>,
+}
+
+impl Default for BackendOptions {
+    fn default() -> Self {
+        Self {
+            table: "onestep_executions".into(),
+            attempts_table: "onestep_execution_attempts".into(),
+            auto_create: true,
+            limits: ExecutionLimits::default(),
+            reclaim_batch_size: 100,
+            clock: None,
+        }
+    }
+}
+
+/// The statements, rendered once for the backend's tables and dialect.
+struct Statements {
+    insert: String,
+    get: String,
+    get_for_update: String,
+    get_in_namespace_for_update: String,
+    get_by_key: String,
+    expire_candidates: String,
+    expire: String,
+    cancel_expiry_candidates: String,
+    cancel_expiry: String,
+    reclaim_candidates: String,
+    reclaim: String,
+    finish_attempt_by_token: String,
+    claim_one_task: String,
+    start: String,
+    insert_attempt: String,
+    heartbeat: String,
+    heartbeat_attempt: String,
+    get_running_attempt: String,
+    complete: String,
+    finish_attempt: String,
+    release: String,
+    cancel: String,
+    attempts: String,
+}
+
+impl Statements {
+    fn new<D: Dialect>(tables: &TableNames) -> Self {
+        let (e, a) = (D::quote(&tables.executions), D::quote(&tables.attempts));
+        let r = |t: &str| D::render(&sql::render(t, &e, &a, D::FOR_UPDATE, D::SKIP_LOCKED));
+        Self {
+            insert: r(sql::INSERT_EXECUTION),
+            get: r(sql::GET),
+            get_for_update: r(sql::GET_FOR_UPDATE),
+            get_in_namespace_for_update: r(sql::GET_IN_NAMESPACE_FOR_UPDATE),
+            get_by_key: r(sql::GET_BY_KEY),
+            expire_candidates: r(sql::EXPIRE_CANDIDATES),
+            expire: r(sql::EXPIRE),
+            cancel_expiry_candidates: r(sql::CANCEL_EXPIRY_CANDIDATES),
+            cancel_expiry: r(sql::CANCEL_EXPIRY),
+            reclaim_candidates: r(sql::RECLAIM_CANDIDATES),
+            reclaim: r(sql::RECLAIM),
+            finish_attempt_by_token: r(sql::FINISH_ATTEMPT_BY_TOKEN),
+            claim_one_task: r(&sql::CLAIM.replace("{tasks}", "= ?")),
+            start: r(sql::START),
+            insert_attempt: r(sql::INSERT_ATTEMPT),
+            heartbeat: r(sql::HEARTBEAT),
+            heartbeat_attempt: r(sql::HEARTBEAT_ATTEMPT),
+            get_running_attempt: r(sql::GET_RUNNING_ATTEMPT),
+            complete: r(sql::COMPLETE),
+            finish_attempt: r(sql::FINISH_ATTEMPT),
+            release: r(sql::RELEASE),
+            cancel: r(sql::CANCEL),
+            attempts: r(sql::ATTEMPTS),
+        }
+    }
+}
+
+struct Inner<D: Dialect> {
+    connector: SqlConnector<D>,
+    owns_connector: bool,
+    tables: TableNames,
+    statements: Statements,
+    options: BackendOptions,
+    ready: AsyncMutex<bool>,
+    opens: AtomicUsize,
+    _dialect: PhantomData<D>,
+}
+
+/// Tracked execution on a SQL database: the one state machine every dialect shares.
+///
+/// Use it through its dialect aliases (`PostgresExecutionBackend`, `MySqlExecutionBackend`,
+/// `SqliteExecutionBackend`). Cheap to clone; clones share the pool.
+pub struct SqlExecutionBackend<D: Dialect> {
+    inner: Arc<Inner<D>>,
+}
+
+impl<D: Dialect> Clone for SqlExecutionBackend<D> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+impl<D: Dialect> std::fmt::Debug for SqlExecutionBackend<D> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqlExecutionBackend")
+            .field("dialect", &D::NAME)
+            .field("connector", &self.inner.connector)
+            .field("tables", &self.inner.tables)
+            .finish()
+    }
+}
+
+type Tx<D> = sqlx::Transaction<'static, <D as Dialect>::Db>;
+
+fn db<D: Dialect>(operation: ConnectorOperation) -> impl Fn(sqlx::Error) -> ExecutionError {
+    move |err| ExecutionError::Connector(D::connector_error(operation, err))
+}
+
+/// A table-name error as an invalid argument naming the option.
+pub(crate) fn schema_error(err: SchemaError) -> ExecutionError {
+    match err {
+        SchemaError::NotAnIdentifier { field } => {
+            ExecutionError::invalid(field, "must be a non-empty SQL identifier")
+        }
+        SchemaError::TooLong { field, max_length } => {
+            ExecutionError::invalid(field, format!("must be at most {max_length} characters"))
+        }
+        SchemaError::SameTable => ExecutionError::invalid(
+            "attempts_table",
+            "must name a different table than executions_table",
+        ),
+    }
+}
+
+fn later(now: OffsetDateTime, d: Duration) -> OffsetDateTime {
+    now.checked_add(time::Duration::try_from(d).unwrap_or(time::Duration::MAX))
+        .unwrap_or(now)
+}
+
+impl<D: Dialect> SqlExecutionBackend<D> {
+    /// A backend that owns a lazily connected pool for `dsn` (no I/O until first use).
+    pub fn new(dsn: &str, options: BackendOptions) -> ExecutionResult<Self> {
+        let connector = SqlConnector::<D>::new(dsn)?;
+        Self::build(connector, true, options)
+    }
+
+    /// A backend sharing `connector`'s pool; closing the backend never closes the connector.
+    pub fn from_connector(
+        connector: &SqlConnector<D>,
+        options: BackendOptions,
+    ) -> ExecutionResult<Self> {
+        Self::build(connector.clone(), false, options)
+    }
+
+    fn build(
+        connector: SqlConnector<D>,
+        owns_connector: bool,
+        options: BackendOptions,
+    ) -> ExecutionResult<Self> {
+        let tables = TableNames::new(options.table.trim(), options.attempts_table.trim());
+        tables.validate(D::SCHEMA).map_err(schema_error)?;
+        options.limits.validate()?;
+        if options.reclaim_batch_size < 1 {
+            return Err(ExecutionError::invalid(
+                "reclaim_batch_size",
+                "must be a positive integer, got 0",
+            ));
+        }
+        let statements = Statements::new::<D>(&tables);
+        Ok(Self {
+            inner: Arc::new(Inner {
+                connector,
+                owns_connector,
+                tables,
+                statements,
+                options,
+                ready: AsyncMutex::new(false),
+                opens: AtomicUsize::new(0),
+                _dialect: PhantomData,
+            }),
+        })
+    }
+
+    /// The connector (shared pool).
+    pub fn connector(&self) -> &SqlConnector<D> {
+        &self.inner.connector
+    }
+
+    /// The table names.
+    pub fn tables(&self) -> &TableNames {
+        &self.inner.tables
+    }
+
+    /// Makes the backend ready once: checks the server, then creates or checks the tables.
+    async fn pool(&self) -> ExecutionResult<sqlx::Pool<D::Db>> {
+        let pool = self.inner.connector.pool()?;
+        let mut ready = self.inner.ready.lock().await;
+        if !*ready {
+            D::check_server(&pool).await?;
+            D::ensure_tables(&pool, &self.inner.tables, self.inner.options.auto_create).await?;
+            *ready = true;
+        }
+        Ok(pool)
+    }
+
+    async fn begin(&self, operation: ConnectorOperation) -> ExecutionResult<Tx<D>> {
+        let pool = self.pool().await?;
+        D::begin(&pool).await.map_err(db::<D>(operation))
+    }
+
+    async fn now(
+        &self,
+        tx: &mut Tx<D>,
+        operation: ConnectorOperation,
+    ) -> ExecutionResult<OffsetDateTime> {
+        if let Some(clock) = &self.inner.options.clock {
+            return Ok(clock.now().to_offset(time::UtcOffset::UTC));
+        }
+        let db_now = D::database_now(tx).await.map_err(db::<D>(operation))?;
+        Ok(db_now
+            .unwrap_or_else(OffsetDateTime::now_utc)
+            .to_offset(time::UtcOffset::UTC))
+    }
+
+    async fn commit(tx: Tx<D>, operation: ConnectorOperation) -> ExecutionResult<()> {
+        tx.commit().await.map_err(db::<D>(operation))
+    }
+
+    async fn one(
+        tx: &mut Tx<D>,
+        sql: &str,
+        params: Vec<Param>,
+        op: ConnectorOperation,
+    ) -> ExecutionResult<Option<ExecutionRow>> {
+        Ok(D::fetch_executions(tx, sql, params)
+            .await
+            .map_err(db::<D>(op))?
+            .into_iter()
+            .next())
+    }
+
+    /// The attempts history of an execution, oldest first.
+    pub async fn attempts(&self, execution_id: Uuid) -> ExecutionResult<Vec<AttemptRow>> {
+        let mut tx = self.begin(ConnectorOperation::Fetch).await?;
+        let rows = D::fetch_attempts(
+            &mut tx,
+            &self.inner.statements.attempts,
+            vec![execution_id.into()],
+        )
+        .await
+        .map_err(db::<D>(ConnectorOperation::Fetch))?;
+        Self::commit(tx, ConnectorOperation::Fetch).await?;
+        Ok(rows)
+    }
+
+    fn insert_params(row: &ExecutionRow) -> Vec<Param> {
+        vec![
+            row.id.into(),
+            row.namespace.clone().into(),
+            row.task_name.clone().into(),
+            row.status.as_str().into(),
+            Param::Json(row.payload.clone()),
+            Param::Json(row.metadata.clone()),
+            Param::OptJson(row.result.clone()),
+            Param::OptJson(row.error.clone()),
+            row.idempotency_key.clone().into(),
+            row.submission_digest.clone().into(),
+            row.attempts.into(),
+            row.available_at.into(),
+            row.lease_token.into(),
+            row.lease_expires_at.into(),
+            row.worker_id.clone().into(),
+            row.cancel_reason.clone().into(),
+            row.cancel_requested_at.into(),
+            row.expires_at.into(),
+            row.created_at.into(),
+            row.updated_at.into(),
+            row.started_at.into(),
+            row.finished_at.into(),
+            row.version.into(),
+        ]
+    }
+
+    async fn submit_one(&self, request: ExecutionRequest) -> ExecutionResult<Execution> {
+        let encoded = encode_submission(&request, &self.inner.options.limits)?;
+        let op = ConnectorOperation::Send;
+        let mut tx = self.begin(op).await?;
+        let now = self.now(&mut tx, op).await?;
+        let row = ExecutionRow::queued(&request, encoded, Uuid::new_v4(), now);
+        let inserted = D::execute(
+            &mut tx,
+            &self.inner.statements.insert,
+            Self::insert_params(&row),
+        )
+        .await;
+        match inserted {
+            Ok(_) => {
+                Self::commit(tx, op).await?;
+                row.to_execution()
+            }
+            Err(err) => {
+                let unique = matches!(&err, sqlx::Error::Database(e) if e.is_unique_violation());
+                drop(tx);
+                let Some(key) = request.idempotency_key.as_ref().filter(|_| unique) else {
+                    return Err(db::<D>(op)(err));
+                };
+                let mut tx = self.begin(op).await?;
+                let existing = Self::one(
+                    &mut tx,
+                    &self.inner.statements.get_by_key,
+                    vec![
+                        request.namespace.clone().into(),
+                        request.task_name.clone().into(),
+                        key.clone().into(),
+                    ],
+                    op,
+                )
+                .await?;
+                Self::commit(tx, op).await?;
+                let Some(existing) = existing else {
+                    return Err(db::<D>(op)(err));
+                };
+                if existing.submission_digest != row.submission_digest {
+                    return Err(ExecutionError::Conflict(
+                        "idempotency key was already used with a different submission".into(),
+                    ));
+                }
+                existing.to_execution()
+            }
+        }
+    }
+
+    async fn maintain(&self, tx: &mut Tx<D>, now: OffsetDateTime) -> ExecutionResult<()> {
+        let s = &self.inner.statements;
+        let batch = i64::try_from(self.inner.options.reclaim_batch_size).unwrap_or(i64::MAX);
+        let op = ConnectorOperation::Fetch;
+        let expiring =
+            D::fetch_candidates(tx, &s.expire_candidates, vec![now.into(), batch.into()])
+                .await
+                .map_err(db::<D>(op))?;
+        for (id, version, _) in expiring {
+            D::execute(
+                tx,
+                &s.expire,
+                vec![
+                    now.into(),
+                    now.into(),
+                    id.into(),
+                    version.into(),
+                    now.into(),
+                ],
+            )
+            .await
+            .map_err(db::<D>(op))?;
+        }
+        let cancelling = D::fetch_candidates(
+            tx,
+            &s.cancel_expiry_candidates,
+            vec![now.into(), batch.into()],
+        )
+        .await
+        .map_err(db::<D>(op))?;
+        for (id, version, token) in cancelling {
+            let changed = D::execute(
+                tx,
+                &s.cancel_expiry,
+                vec![
+                    now.into(),
+                    now.into(),
+                    id.into(),
+                    version.into(),
+                    token.into(),
+                    now.into(),
+                ],
+            )
+            .await
+            .map_err(db::<D>(op))?;
+            if changed == 1 {
+                D::execute(
+                    tx,
+                    &s.finish_attempt_by_token,
+                    vec![
+                        AttemptStatus::Cancelled.as_str().into(),
+                        now.into(),
+                        id.into(),
+                        token.into(),
+                    ],
+                )
+                .await
+                .map_err(db::<D>(op))?;
+            }
+        }
+        let reclaiming =
+            D::fetch_candidates(tx, &s.reclaim_candidates, vec![now.into(), batch.into()])
+                .await
+                .map_err(db::<D>(op))?;
+        for (id, version, token) in reclaiming {
+            let changed = D::execute(
+                tx,
+                &s.reclaim,
+                vec![
+                    now.into(),
+                    now.into(),
+                    id.into(),
+                    version.into(),
+                    token.into(),
+                    now.into(),
+                ],
+            )
+            .await
+            .map_err(db::<D>(op))?;
+            if changed == 1 {
+                D::execute(
+                    tx,
+                    &s.finish_attempt_by_token,
+                    vec![
+                        AttemptStatus::LeaseLost.as_str().into(),
+                        now.into(),
+                        id.into(),
+                        token.into(),
+                    ],
+                )
+                .await
+                .map_err(db::<D>(op))?;
+            }
+        }
+        Ok(())
+    }
+
+    fn claim_sql(&self, task_count: usize) -> String {
+        if task_count == 1 {
+            return self.inner.statements.claim_one_task.clone();
+        }
+        let marks = vec!["?"; task_count].join(", ");
+        let t = &self.inner.tables;
+        D::render(&sql::render(
+            &sql::CLAIM.replace("{tasks}", &format!("IN ({marks})")),
+            &D::quote(&t.executions),
+            &D::quote(&t.attempts),
+            D::FOR_UPDATE,
+            D::SKIP_LOCKED,
+        ))
+    }
+
+    /// Whether the running attempt of a lease exists.
+    async fn attempt_is_running(
+        &self,
+        tx: &mut Tx<D>,
+        execution_id: Uuid,
+        attempt_id: Uuid,
+        token: Uuid,
+        op: ConnectorOperation,
+    ) -> ExecutionResult<bool> {
+        let rows = D::fetch_attempts(
+            tx,
+            &self.inner.statements.get_running_attempt,
+            vec![attempt_id.into(), execution_id.into(), token.into()],
+        )
+        .await
+        .map_err(db::<D>(op))?;
+        Ok(!rows.is_empty())
+    }
+}
+
+#[async_trait]
+impl<D: Dialect> ExecutionBackend for SqlExecutionBackend<D> {
+    fn backend_name(&self) -> &str {
+        D::NAME
+    }
+
+    async fn open(&self) -> ExecutionResult<()> {
+        self.pool().await?;
+        self.inner.opens.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+
+    async fn close(&self) -> ExecutionResult<()> {
+        let before = self
+            .inner
+            .opens
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                Some(n.saturating_sub(1))
+            });
+        if before == Ok(1) && self.inner.owns_connector {
+            *self.inner.ready.lock().await = false;
+            self.inner.connector.close().await;
+        }
+        Ok(())
+    }
+
+    async fn submit(&self, request: ExecutionRequest) -> ExecutionResult<Execution> {
+        self.submit_one(request).await
+    }
+
+    async fn get(&self, namespace: &str, id: Uuid) -> ExecutionResult<Option<Execution>> {
+        let op = ConnectorOperation::Fetch;
+        let mut tx = self.begin(op).await?;
+        let row = Self::one(
+            &mut tx,
+            &self.inner.statements.get,
+            vec![namespace.into(), id.into()],
+            op,
+        )
+        .await?;
+        Self::commit(tx, op).await?;
+        row.map(|r| r.to_execution()).transpose()
+    }
+
+    async fn list(&self, query: &ExecutionQuery) -> ExecutionResult<ExecutionPage> {
+        query.validate()?;
+        let after = query
+            .cursor
+            .as_deref()
+            .map(decode_cursor)
+            .transpose()
+            .map_err(|e| ExecutionError::invalid("cursor", e.to_string()))?;
+        let mut sql = format!(
+            "SELECT {} FROM {} WHERE namespace = ?",
+            sql::EXECUTION_COLUMNS,
+            D::quote(&self.inner.tables.executions)
+        );
+        let mut params: Vec<Param> = vec![query.namespace.clone().into()];
+        if let Some(task) = &query.task_name {
+            sql.push_str(" AND task_name = ?");
+            params.push(task.clone().into());
+        }
+        if let Some(status) = query.status {
+            sql.push_str(" AND status = ?");
+            params.push(status.as_str().into());
+        }
+        if let Some((created_at, id)) = after {
+            sql.push_str(" AND (created_at < ? OR (created_at = ? AND id < ?))");
+            params.extend([created_at.into(), created_at.into(), id.into()]);
+        }
+        sql.push_str(" ORDER BY created_at DESC, id DESC LIMIT ?");
+        params.push(i64::from(query.limit).saturating_add(1).into());
+        let op = ConnectorOperation::Fetch;
+        let mut tx = self.begin(op).await?;
+        let rows = D::fetch_executions(&mut tx, &D::render(&sql), params)
+            .await
+            .map_err(db::<D>(op))?;
+        Self::commit(tx, op).await?;
+        let limit = query.limit as usize;
+        let more = rows.len() > limit;
+        let items = rows
+            .iter()
+            .take(limit)
+            .map(ExecutionRow::to_execution)
+            .collect::<ExecutionResult<Vec<_>>>()?;
+        let next_cursor = if more {
+            items.last().map(|e| encode_cursor(e.created_at, e.id))
+        } else {
+            None
+        };
+        Ok(ExecutionPage { items, next_cursor })
+    }
+
+    async fn request_cancel(
+        &self,
+        namespace: &str,
+        id: Uuid,
+        reason: Option<&str>,
+    ) -> ExecutionResult<Option<Execution>> {
+        if let Some(reason) = reason
+            && reason.chars().count() > 500
+        {
+            return Err(ExecutionError::invalid(
+                "reason",
+                "must be at most 500 characters",
+            ));
+        }
+        let op = ConnectorOperation::Send;
+        let mut tx = self.begin(op).await?;
+        let now = self.now(&mut tx, op).await?;
+        let Some(mut row) = Self::one(
+            &mut tx,
+            &self.inner.statements.get_in_namespace_for_update,
+            vec![namespace.into(), id.into()],
+            op,
+        )
+        .await?
+        else {
+            Self::commit(tx, op).await?;
+            return Ok(None);
+        };
+        if let Some(target) = cancel_target(row.status) {
+            let finished = (target == ExecutionStatus::Cancelled).then_some(now);
+            D::execute(
+                &mut tx,
+                &self.inner.statements.cancel,
+                vec![
+                    target.as_str().into(),
+                    reason.map(str::to_string).into(),
+                    now.into(),
+                    finished.or(row.finished_at).into(),
+                    now.into(),
+                    id.into(),
+                    row.version.into(),
+                ],
+            )
+            .await
+            .map_err(db::<D>(op))?;
+            row.status = target;
+            row.cancel_reason = reason.map(str::to_string);
+            row.cancel_requested_at = Some(now);
+            row.finished_at = finished.or(row.finished_at);
+            row.updated_at = now;
+            row.version += 1;
+        }
+        Self::commit(tx, op).await?;
+        row.to_execution().map(Some)
+    }
+}
+
+#[async_trait]
+impl<D: Dialect> LeasedExecutionBackend for SqlExecutionBackend<D> {
+    async fn claim(
+        &self,
+        namespace: &str,
+        task_names: &[String],
+        limit: usize,
+        lease_duration: Duration,
+        worker_id: &str,
+    ) -> ExecutionResult<Vec<ExecutionLease>> {
+        validate_claim(task_names, limit, lease_duration, worker_id)?;
+        let op = ConnectorOperation::Fetch;
+        let worker_id = worker_id.trim().to_string();
+        let mut tx = self.begin(op).await?;
+        let now = self.now(&mut tx, op).await?;
+        self.maintain(&mut tx, now).await?;
+        let mut params: Vec<Param> = vec![namespace.into()];
+        params.extend(task_names.iter().map(|t| Param::from(t.trim())));
+        params.extend([
+            now.into(),
+            now.into(),
+            i64::try_from(limit).unwrap_or(i64::MAX).into(),
+        ]);
+        let rows = D::fetch_executions(&mut tx, &self.claim_sql(task_names.len()), params)
+            .await
+            .map_err(db::<D>(op))?;
+        let lease_expires_at = later(now, lease_duration);
+        let s = &self.inner.statements;
+        let mut leases = Vec::with_capacity(rows.len());
+        for mut row in rows {
+            let attempt_id = Uuid::new_v4();
+            let lease_token = Uuid::new_v4();
+            let previous_version = row.version;
+            row.status = ExecutionStatus::Running;
+            row.attempts += 1;
+            row.lease_token = Some(lease_token);
+            row.lease_expires_at = Some(lease_expires_at);
+            row.worker_id = Some(worker_id.clone());
+            row.started_at = row.started_at.or(Some(now));
+            row.updated_at = now;
+            row.version += 1;
+            D::execute(
+                &mut tx,
+                &s.start,
+                vec![
+                    row.attempts.into(),
+                    lease_token.into(),
+                    lease_expires_at.into(),
+                    worker_id.clone().into(),
+                    row.started_at.into(),
+                    now.into(),
+                    row.version.into(),
+                    row.id.into(),
+                    previous_version.into(),
+                ],
+            )
+            .await
+            .map_err(db::<D>(op))?;
+            D::execute(
+                &mut tx,
+                &s.insert_attempt,
+                vec![
+                    attempt_id.into(),
+                    row.id.into(),
+                    row.attempts.into(),
+                    lease_token.into(),
+                    worker_id.clone().into(),
+                    now.into(),
+                    now.into(),
+                ],
+            )
+            .await
+            .map_err(db::<D>(op))?;
+            leases.push(ExecutionLease {
+                execution: row.to_execution()?,
+                attempt_id,
+                lease_token,
+                lease_expires_at,
+            });
+        }
+        Self::commit(tx, op).await?;
+        Ok(leases)
+    }
+
+    async fn heartbeat(
+        &self,
+        execution_id: Uuid,
+        attempt_id: Uuid,
+        lease_token: Uuid,
+        lease_duration: Duration,
+    ) -> ExecutionResult<HeartbeatResult> {
+        if lease_duration.is_zero() {
+            return Err(ExecutionError::invalid(
+                "lease_duration_s",
+                "must be > 0, got 0",
+            ));
+        }
+        let op = ConnectorOperation::Heartbeat;
+        let s = &self.inner.statements;
+        let mut tx = self.begin(op).await?;
+        let now = self.now(&mut tx, op).await?;
+        let expires = later(now, lease_duration);
+        let renewed = D::execute(
+            &mut tx,
+            &s.heartbeat,
+            vec![
+                expires.into(),
+                now.into(),
+                execution_id.into(),
+                lease_token.into(),
+                now.into(),
+            ],
+        )
+        .await
+        .map_err(db::<D>(op))?;
+        let beat = D::execute(
+            &mut tx,
+            &s.heartbeat_attempt,
+            vec![
+                now.into(),
+                attempt_id.into(),
+                execution_id.into(),
+                lease_token.into(),
+            ],
+        )
+        .await
+        .map_err(db::<D>(op))?;
+        if renewed != 1 || beat != 1 {
+            drop(tx);
+            return Err(ExecutionError::lease_lost());
+        }
+        let row = Self::one(
+            &mut tx,
+            &s.get_for_update.replace(D::FOR_UPDATE, ""),
+            vec![execution_id.into()],
+            op,
+        )
+        .await?;
+        Self::commit(tx, op).await?;
+        let cancel_requested = row.is_some_and(|r| r.status == ExecutionStatus::CancelRequested);
+        Ok(HeartbeatResult {
+            lease_expires_at: expires,
+            cancel_requested,
+        })
+    }
+
+    async fn complete(
+        &self,
+        execution_id: Uuid,
+        attempt_id: Uuid,
+        lease_token: Uuid,
+        completion: ExecutionCompletion,
+    ) -> ExecutionResult<Execution> {
+        let completion = completion.validate()?;
+        let op = ConnectorOperation::Ack;
+        let s = &self.inner.statements;
+        let mut tx = self.begin(op).await?;
+        let now = self.now(&mut tx, op).await?;
+        let Some(mut row) =
+            Self::one(&mut tx, &s.get_for_update, vec![execution_id.into()], op).await?
+        else {
+            return Err(ExecutionError::LeaseLost("execution does not exist".into()));
+        };
+        let requested = completion.status();
+        let (status, result, error) = if cancel_wins(&completion, row.status) {
+            (ExecutionStatus::Cancelled, None, None)
+        } else {
+            match &completion {
+                ExecutionCompletion::Succeeded { result } => (
+                    requested,
+                    Some(encode_result(result, &self.inner.options.limits)?),
+                    None,
+                ),
+                other => (requested, None, other.error().map(|e| e.to_json())),
+            }
+        };
+        let fenced = row.lease_token == Some(lease_token)
+            && completion_sources(requested).contains(&row.status)
+            && row.lease_expires_at.is_some_and(|e| e > now);
+        if !fenced {
+            drop(tx);
+            if is_replay(
+                requested,
+                row.status,
+                row.result.as_ref(),
+                row.error.as_ref(),
+                result.as_ref(),
+                error.as_ref(),
+            ) {
+                return row.to_execution();
+            }
+            return Err(ExecutionError::lease_lost());
+        }
+        let (available_at, finished_at) = match &completion {
+            ExecutionCompletion::Retrying { delay_s, .. }
+                if status == ExecutionStatus::Retrying =>
+            {
+                (
+                    later(now, Duration::from_secs_f64(delay_s.unwrap_or(0.0))),
+                    None,
+                )
+            }
+            _ => (row.available_at, Some(now)),
+        };
+        let changed = D::execute(
+            &mut tx,
+            &s.complete,
+            vec![
+                status.as_str().into(),
+                now.into(),
+                Param::OptJson(result.clone()),
+                Param::OptJson(error.clone()),
+                available_at.into(),
+                finished_at.into(),
+                execution_id.into(),
+                row.version.into(),
+            ],
+        )
+        .await
+        .map_err(db::<D>(op))?;
+        if changed != 1 {
+            return Err(ExecutionError::lease_lost());
+        }
+        let attempt = D::execute(
+            &mut tx,
+            &s.finish_attempt,
+            vec![
+                attempt_status_for(status).as_str().into(),
+                Param::OptJson(error.clone()),
+                now.into(),
+                attempt_id.into(),
+                execution_id.into(),
+                lease_token.into(),
+            ],
+        )
+        .await
+        .map_err(db::<D>(op))?;
+        if attempt != 1 {
+            return Err(ExecutionError::LeaseLost(
+                "execution attempt is no longer valid".into(),
+            ));
+        }
+        Self::commit(tx, op).await?;
+        row.status = status;
+        row.updated_at = now;
+        row.version += 1;
+        row.lease_token = None;
+        row.lease_expires_at = None;
+        row.worker_id = None;
+        row.result = result;
+        row.error = error;
+        row.available_at = available_at;
+        row.finished_at = finished_at;
+        row.to_execution()
+    }
+
+    async fn release(
+        &self,
+        execution_id: Uuid,
+        attempt_id: Uuid,
+        lease_token: Uuid,
+    ) -> ExecutionResult<Execution> {
+        let op = ConnectorOperation::Retry;
+        let s = &self.inner.statements;
+        let mut tx = self.begin(op).await?;
+        let now = self.now(&mut tx, op).await?;
+        let Some(mut row) =
+            Self::one(&mut tx, &s.get_for_update, vec![execution_id.into()], op).await?
+        else {
+            return Err(ExecutionError::LeaseLost("execution does not exist".into()));
+        };
+        let fenced = row.status == ExecutionStatus::Running
+            && row.lease_token == Some(lease_token)
+            && row.lease_expires_at.is_some_and(|e| e > now);
+        if !fenced
+            || !self
+                .attempt_is_running(&mut tx, execution_id, attempt_id, lease_token, op)
+                .await?
+        {
+            return Err(ExecutionError::lease_lost());
+        }
+        D::execute(
+            &mut tx,
+            &s.release,
+            vec![
+                now.into(),
+                now.into(),
+                execution_id.into(),
+                row.version.into(),
+            ],
+        )
+        .await
+        .map_err(db::<D>(op))?;
+        D::execute(
+            &mut tx,
+            &s.finish_attempt,
+            vec![
+                AttemptStatus::LeaseLost.as_str().into(),
+                Param::OptJson(None),
+                now.into(),
+                attempt_id.into(),
+                execution_id.into(),
+                lease_token.into(),
+            ],
+        )
+        .await
+        .map_err(db::<D>(op))?;
+        Self::commit(tx, op).await?;
+        row.status = ExecutionStatus::Queued;
+        row.available_at = now;
+        row.lease_token = None;
+        row.lease_expires_at = None;
+        row.worker_id = None;
+        row.updated_at = now;
+        row.version += 1;
+        row.to_execution()
+    }
+
+    async fn lease_remaining(&self, lease_expires_at: OffsetDateTime) -> ExecutionResult<Duration> {
+        let op = ConnectorOperation::Heartbeat;
+        let mut tx = self.begin(op).await?;
+        let now = self.now(&mut tx, op).await?;
+        Self::commit(tx, op).await?;
+        Ok(Duration::try_from(lease_expires_at - now).unwrap_or(Duration::ZERO))
+    }
+
+    fn validate_result(&self, result: &Value) -> ExecutionResult<()> {
+        encode_result(result, &self.inner.options.limits).map(|_| ())
+    }
+}

@@ -1,0 +1,417 @@
+//! MySQL 8.0.16+ and MariaDB 10.6+: ids as 32 hex digits (`CHAR(32)`, or MariaDB's native
+//! `UUID` on 10.7+ as the reference creates it), `DATETIME(6)` in UTC, JSON as text; sessions
+//! pinned to UTC and READ COMMITTED; leases decided by the process clock; DDL serialized with
+//! `GET_LOCK`.
+
+use async_trait::async_trait;
+use onestep_core::execution::stored::{AttemptRow, ExecutionRow};
+use onestep_core::execution::{
+    ExecutionError, ExecutionResult, ExecutionSource, ExecutionSourceOptions,
+};
+use onestep_core::{ConnectorErrorKind, ConnectorOperation};
+use serde_json::Value;
+use sqlx::mysql::{MySqlArguments, MySqlConnectOptions, MySqlPoolOptions, MySqlRow};
+use sqlx::query::Query;
+use sqlx::{Executor, Row, Transaction};
+use time::{OffsetDateTime, PrimitiveDateTime, UtcOffset};
+
+use crate::dialect::{Candidate, Dialect, classify_common};
+use crate::dsn::Dsn;
+use crate::machine::{BackendOptions, SqlExecutionBackend};
+use crate::param::Param;
+use crate::schema::{self, TableNames};
+use crate::{SqlConnector, decode, setup_error};
+
+/// The MySQL / MariaDB dialect.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct MySql;
+
+/// Tracked execution on MySQL or MariaDB.
+pub type MySqlExecutionBackend = SqlExecutionBackend<MySql>;
+/// A shared MySQL pool.
+pub type MySqlConnector = SqlConnector<MySql>;
+/// A worker source claiming MySQL executions.
+pub type MySqlExecutionSource = ExecutionSource<MySqlExecutionBackend>;
+
+/// A source for `dsn`: its own backend (with `backend` options) and the worker `options`.
+pub fn execution_source(
+    dsn: &str,
+    backend: BackendOptions,
+    options: ExecutionSourceOptions,
+) -> onestep_core::Result<MySqlExecutionSource> {
+    let backend = MySqlExecutionBackend::new(dsn, backend)?;
+    ExecutionSource::new(backend, options)
+}
+
+fn utc(t: OffsetDateTime) -> PrimitiveDateTime {
+    let t = t.to_offset(UtcOffset::UTC);
+    PrimitiveDateTime::new(t.date(), t.time())
+}
+
+fn bind(
+    q: Query<'_, sqlx::MySql, MySqlArguments>,
+    param: Param,
+) -> Query<'_, sqlx::MySql, MySqlArguments> {
+    match param {
+        Param::Id(v) => q.bind(v.simple().to_string()),
+        Param::OptId(v) => q.bind(v.map(|v| v.simple().to_string())),
+        Param::Text(v) => q.bind(v),
+        Param::OptText(v) => q.bind(v),
+        Param::Int(v) => q.bind(v),
+        Param::BigInt(v) => q.bind(v),
+        Param::Json(v) => q.bind(v.to_string()),
+        Param::OptJson(v) => q.bind(v.map(|v| v.to_string())),
+        Param::Time(v) => q.bind(utc(v)),
+        Param::OptTime(v) => q.bind(v.map(utc)),
+    }
+}
+
+fn query(sql: &str, params: Vec<Param>) -> Query<'_, sqlx::MySql, MySqlArguments> {
+    params.into_iter().fold(sqlx::query(sql), bind)
+}
+
+fn json(row: &MySqlRow, i: usize) -> Result<Option<Value>, sqlx::Error> {
+    Ok(row
+        .try_get::<Option<sqlx::types::Json<Value>>, _>(i)?
+        .map(|j| j.0))
+}
+
+/// An id column: `CHAR(32)` text, or MariaDB's `UUID` type, which arrives as binary text.
+fn id(row: &MySqlRow, i: usize) -> Result<Option<uuid::Uuid>, sqlx::Error> {
+    let bytes = match row.try_get::<Option<String>, _>(i) {
+        Ok(text) => text.map(String::into_bytes),
+        Err(sqlx::Error::ColumnDecode { .. }) => row.try_get::<Option<Vec<u8>>, _>(i)?,
+        Err(other) => return Err(other),
+    };
+    bytes
+        .map(|b| match b.len() {
+            16 => uuid::Uuid::from_slice(&b).map_err(|e| sqlx::Error::Decode(e.into())),
+            _ => decode::id(String::from_utf8_lossy(&b).into_owned()),
+        })
+        .transpose()
+}
+
+fn time(row: &MySqlRow, i: usize) -> Result<Option<OffsetDateTime>, sqlx::Error> {
+    Ok(row
+        .try_get::<Option<PrimitiveDateTime>, _>(i)?
+        .map(PrimitiveDateTime::assume_utc))
+}
+
+fn required<T>(value: Option<T>, column: &str) -> Result<T, sqlx::Error> {
+    value.ok_or_else(|| sqlx::Error::Decode(format!("column {column} is NULL").into()))
+}
+
+fn execution(row: &MySqlRow) -> Result<ExecutionRow, sqlx::Error> {
+    Ok(ExecutionRow {
+        id: required(id(row, 0)?, "id")?,
+        namespace: row.try_get(1)?,
+        task_name: row.try_get(2)?,
+        status: decode::status(row.try_get::<String, _>(3)?)?,
+        payload: required(json(row, 4)?, "payload")?,
+        metadata: json(row, 5)?.unwrap_or(Value::Object(Default::default())),
+        result: json(row, 6)?,
+        error: json(row, 7)?,
+        idempotency_key: row.try_get(8)?,
+        submission_digest: row.try_get(9)?,
+        attempts: row.try_get(10)?,
+        available_at: required(time(row, 11)?, "available_at")?,
+        lease_token: id(row, 12)?,
+        lease_expires_at: time(row, 13)?,
+        worker_id: row.try_get(14)?,
+        cancel_reason: row.try_get(15)?,
+        cancel_requested_at: time(row, 16)?,
+        expires_at: time(row, 17)?,
+        created_at: required(time(row, 18)?, "created_at")?,
+        updated_at: required(time(row, 19)?, "updated_at")?,
+        started_at: time(row, 20)?,
+        finished_at: time(row, 21)?,
+        version: row.try_get(22)?,
+    })
+}
+
+fn attempt(row: &MySqlRow) -> Result<AttemptRow, sqlx::Error> {
+    Ok(AttemptRow {
+        id: required(id(row, 0)?, "id")?,
+        execution_id: required(id(row, 1)?, "execution_id")?,
+        attempt_no: row.try_get(2)?,
+        lease_token: required(id(row, 3)?, "lease_token")?,
+        worker_id: row.try_get(4)?,
+        status: decode::attempt_status(row.try_get::<String, _>(5)?)?,
+        error: json(row, 6)?,
+        started_at: required(time(row, 7)?, "started_at")?,
+        heartbeat_at: required(time(row, 8)?, "heartbeat_at")?,
+        finished_at: time(row, 9)?,
+    })
+}
+
+/// A parsed `SELECT VERSION()`: MariaDB or MySQL, and its numbers.
+fn parse_version(raw: &str) -> (bool, Vec<u64>) {
+    let mariadb = raw.to_ascii_lowercase().contains("mariadb");
+    let core = raw.trim_start_matches("5.5.5-");
+    let numbers = core
+        .split(['.', '-', '+'])
+        .take(3)
+        .map_while(|p| {
+            p.chars()
+                .take_while(char::is_ascii_digit)
+                .collect::<String>()
+                .parse::<u64>()
+                .ok()
+        })
+        .collect();
+    (mariadb, numbers)
+}
+
+/// Why the server is too old, if it is.
+fn unsupported(raw: &str) -> Option<String> {
+    let (mariadb, numbers) = parse_version(raw);
+    let (name, floor): (&str, [u64; 3]) = if mariadb {
+        ("MariaDB", [10, 6, 0])
+    } else {
+        ("MySQL", [8, 0, 16])
+    };
+    let mut have = [0u64; 3];
+    for (slot, n) in have.iter_mut().zip(&numbers) {
+        *slot = *n;
+    }
+    (have < floor).then(|| {
+        format!(
+            "{name} {raw} is not supported by MySqlExecutionBackend: {}.{}.{}+ is required (SKIP LOCKED, enforced CHECK constraints, JSON defaults)",
+            floor[0], floor[1], floor[2]
+        )
+    })
+}
+
+async fn server_version(pool: &sqlx::Pool<sqlx::MySql>) -> Result<String, sqlx::Error> {
+    sqlx::query_scalar("SELECT VERSION()").fetch_one(pool).await
+}
+
+#[async_trait]
+impl Dialect for MySql {
+    type Db = sqlx::MySql;
+    const NAME: &'static str = "mysql";
+    const SCHEMA: schema::Dialect = schema::Dialect::MySql;
+    const FOR_UPDATE: &'static str = " FOR UPDATE";
+    const SKIP_LOCKED: &'static str = " FOR UPDATE SKIP LOCKED";
+
+    fn quote(identifier: &str) -> String {
+        format!("`{identifier}`")
+    }
+
+    fn render(sql: &str) -> String {
+        sql.to_string()
+    }
+
+    fn connect_lazy(dsn: &Dsn, max_connections: u32) -> Result<sqlx::Pool<sqlx::MySql>, String> {
+        let options: MySqlConnectOptions = dsn
+            .as_url()
+            .parse()
+            .map_err(|e: sqlx::Error| e.to_string())?;
+        let options = options.timezone(Some("+00:00".to_string()));
+        Ok(MySqlPoolOptions::new()
+            .max_connections(max_connections)
+            .after_connect(|conn, _meta| {
+                Box::pin(async move {
+                    conn.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+                        .await?;
+                    Ok(())
+                })
+            })
+            .connect_lazy_with(options))
+    }
+
+    async fn begin(
+        pool: &sqlx::Pool<sqlx::MySql>,
+    ) -> Result<Transaction<'static, sqlx::MySql>, sqlx::Error> {
+        pool.begin().await
+    }
+
+    async fn execute(
+        tx: &mut Transaction<'static, sqlx::MySql>,
+        sql: &str,
+        params: Vec<Param>,
+    ) -> Result<u64, sqlx::Error> {
+        Ok(query(sql, params).execute(&mut **tx).await?.rows_affected())
+    }
+
+    async fn fetch_executions(
+        tx: &mut Transaction<'static, sqlx::MySql>,
+        sql: &str,
+        params: Vec<Param>,
+    ) -> Result<Vec<ExecutionRow>, sqlx::Error> {
+        query(sql, params)
+            .fetch_all(&mut **tx)
+            .await?
+            .iter()
+            .map(execution)
+            .collect()
+    }
+
+    async fn fetch_candidates(
+        tx: &mut Transaction<'static, sqlx::MySql>,
+        sql: &str,
+        params: Vec<Param>,
+    ) -> Result<Vec<Candidate>, sqlx::Error> {
+        query(sql, params)
+            .fetch_all(&mut **tx)
+            .await?
+            .iter()
+            .map(|r| {
+                Ok((
+                    required(id(r, 0)?, "id")?,
+                    r.try_get::<i64, _>(1)?,
+                    id(r, 2)?,
+                ))
+            })
+            .collect()
+    }
+
+    async fn fetch_attempts(
+        tx: &mut Transaction<'static, sqlx::MySql>,
+        sql: &str,
+        params: Vec<Param>,
+    ) -> Result<Vec<AttemptRow>, sqlx::Error> {
+        query(sql, params)
+            .fetch_all(&mut **tx)
+            .await?
+            .iter()
+            .map(attempt)
+            .collect()
+    }
+
+    async fn database_now(
+        _tx: &mut Transaction<'static, sqlx::MySql>,
+    ) -> Result<Option<OffsetDateTime>, sqlx::Error> {
+        Ok(None)
+    }
+
+    async fn check_server(pool: &sqlx::Pool<sqlx::MySql>) -> ExecutionResult<()> {
+        let raw = server_version(pool).await.map_err(|e| {
+            ExecutionError::Connector(Self::connector_error(ConnectorOperation::Open, e))
+        })?;
+        match unsupported(&raw) {
+            Some(message) => Err(setup_error::<Self>(message)),
+            None => Ok(()),
+        }
+    }
+
+    async fn ensure_tables(
+        pool: &sqlx::Pool<sqlx::MySql>,
+        tables: &TableNames,
+        auto_create: bool,
+    ) -> ExecutionResult<()> {
+        let open = |e: sqlx::Error| {
+            ExecutionError::Connector(Self::connector_error(ConnectorOperation::Open, e))
+        };
+        let mut conn = pool.acquire().await.map_err(open)?;
+        if !auto_create {
+            let mut missing = Vec::new();
+            for table in [&tables.executions, &tables.attempts] {
+                let found: i64 = sqlx::query_scalar(
+                    "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name = ?",
+                )
+                .bind(table)
+                .fetch_one(&mut *conn)
+                .await
+                .map_err(open)?;
+                if found == 0 {
+                    missing.push(table.as_str());
+                }
+            }
+            return if missing.is_empty() {
+                Ok(())
+            } else {
+                Err(setup_error::<Self>(format!(
+                    "missing execution tables: {}",
+                    missing.join(", ")
+                )))
+            };
+        }
+        let raw = server_version(pool).await.map_err(open)?;
+        let dialect = schema::mysql_family_dialect(&raw);
+        let ddl = schema::render_ddl(dialect, tables).map_err(crate::machine::schema_error)?;
+        let locks = [
+            schema::MYSQL_GLOBAL_DDL_LOCK_NAME.to_string(),
+            schema::mysql_ddl_lock_name(tables),
+        ];
+        for lock in &locks {
+            let got: Option<i64> = sqlx::query_scalar("SELECT GET_LOCK(?, ?)")
+                .bind(lock)
+                .bind(i64::from(schema::MYSQL_DDL_LOCK_TIMEOUT_SECS))
+                .fetch_one(&mut *conn)
+                .await
+                .map_err(open)?;
+            if got != Some(1) {
+                return Err(setup_error::<Self>(format!(
+                    "could not take the DDL lock {lock} within {}s",
+                    schema::MYSQL_DDL_LOCK_TIMEOUT_SECS
+                )));
+            }
+        }
+        let mut outcome = Ok(());
+        for statement in ddl {
+            if let Err(e) = sqlx::query(&statement).execute(&mut *conn).await {
+                outcome = Err(open(e));
+                break;
+            }
+        }
+        for lock in locks.iter().rev() {
+            let _ = sqlx::query("SELECT RELEASE_LOCK(?)")
+                .bind(lock)
+                .execute(&mut *conn)
+                .await;
+        }
+        outcome
+    }
+
+    fn classify(err: &sqlx::Error) -> ConnectorErrorKind {
+        if let Some(kind) = classify_common(err) {
+            return kind;
+        }
+        let Some(db) = err.as_database_error() else {
+            return ConnectorErrorKind::Uncertain;
+        };
+        let number = db
+            .try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
+            .map(|e| e.number())
+            .unwrap_or(0);
+        match number {
+            1213 | 1205 | 1637 | 3572 => ConnectorErrorKind::Transient,
+            1040 | 1203 | 1226 => ConnectorErrorKind::Throttled,
+            2006 | 2013 | 1927 | 1053 | 1077 | 1078 | 1079 | 1080 => {
+                ConnectorErrorKind::Disconnected
+            }
+            1044 | 1045 | 1049 | 1142 | 1227 | 1698 => ConnectorErrorKind::Misconfigured,
+            1046 | 1054 | 1064 | 1146 | 1062 | 1452 | 3819 | 1406 | 1292 | 1366 => {
+                ConnectorErrorKind::Permanent
+            }
+            _ => ConnectorErrorKind::Transient,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn server_version_gate_accepts_mysql_8_0_16_and_mariadb_10_6() {
+        assert!(unsupported("8.0.16").is_none());
+        assert!(unsupported("8.4.3-0ubuntu0.24.04.1").is_none());
+        assert!(unsupported("10.11.19-MariaDB-0+deb12u1").is_none());
+        assert!(unsupported("5.5.5-10.6.1-MariaDB").is_none());
+        let err = unsupported("8.0.15").unwrap();
+        assert!(
+            err.starts_with(
+                "MySQL 8.0.15 is not supported by MySqlExecutionBackend: 8.0.16+ is required"
+            ),
+            "{err}"
+        );
+        assert!(unsupported("5.7.44-log").is_some());
+        assert!(
+            unsupported("10.5.9-MariaDB")
+                .unwrap()
+                .contains("10.6.0+ is required")
+        );
+    }
+}

@@ -1,0 +1,114 @@
+//! Statement parameters in a dialect-neutral form; each dialect binds them in its own types.
+
+use serde_json::Value;
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+/// One bound value of a statement.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Param {
+    /// An id (UUID column on PostgreSQL, `CHAR(32)` hex elsewhere).
+    Id(Uuid),
+    /// A nullable id.
+    OptId(Option<Uuid>),
+    /// Text.
+    Text(String),
+    /// Nullable text.
+    OptText(Option<String>),
+    /// A 32-bit integer column (`INTEGER`).
+    Int(i32),
+    /// A 64-bit integer (`BIGINT`, `LIMIT`).
+    BigInt(i64),
+    /// A JSON document.
+    Json(Value),
+    /// A nullable JSON document.
+    OptJson(Option<Value>),
+    /// An instant (bound in UTC).
+    Time(OffsetDateTime),
+    /// A nullable instant.
+    OptTime(Option<OffsetDateTime>),
+}
+
+impl From<Uuid> for Param {
+    fn from(v: Uuid) -> Self {
+        Self::Id(v)
+    }
+}
+
+impl From<Option<Uuid>> for Param {
+    fn from(v: Option<Uuid>) -> Self {
+        Self::OptId(v)
+    }
+}
+
+impl From<&str> for Param {
+    fn from(v: &str) -> Self {
+        Self::Text(v.to_string())
+    }
+}
+
+impl From<String> for Param {
+    fn from(v: String) -> Self {
+        Self::Text(v)
+    }
+}
+
+impl From<Option<String>> for Param {
+    fn from(v: Option<String>) -> Self {
+        Self::OptText(v)
+    }
+}
+
+impl From<i32> for Param {
+    fn from(v: i32) -> Self {
+        Self::Int(v)
+    }
+}
+
+impl From<i64> for Param {
+    fn from(v: i64) -> Self {
+        Self::BigInt(v)
+    }
+}
+
+impl From<OffsetDateTime> for Param {
+    fn from(v: OffsetDateTime) -> Self {
+        Self::Time(v)
+    }
+}
+
+impl From<Option<OffsetDateTime>> for Param {
+    fn from(v: Option<OffsetDateTime>) -> Self {
+        Self::OptTime(v)
+    }
+}
+
+/// Rewrites `?` placeholders as `$1`, `$2`, … (PostgreSQL). Statements here never contain a
+/// literal `?`.
+pub fn numbered_placeholders(sql: &str) -> String {
+    let mut out = String::with_capacity(sql.len() + 16);
+    let mut n = 0;
+    for c in sql.chars() {
+        if c == '?' {
+            n += 1;
+            out.push('$');
+            out.push_str(&n.to_string());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn question_marks_become_numbered_placeholders() {
+        assert_eq!(
+            numbered_placeholders("a = ? AND b IN (?, ?)"),
+            "a = $1 AND b IN ($2, $3)"
+        );
+    }
+}

@@ -1,0 +1,271 @@
+//! PostgreSQL: native UUID, JSONB and TIMESTAMPTZ; leases decided by the transaction's database
+//! time; `FOR UPDATE SKIP LOCKED` claims; DDL serialized with an advisory transaction lock.
+
+use async_trait::async_trait;
+use onestep_core::execution::stored::{AttemptRow, ExecutionRow};
+use onestep_core::execution::{
+    ExecutionError, ExecutionResult, ExecutionSource, ExecutionSourceOptions,
+};
+use onestep_core::{ConnectorErrorKind, ConnectorOperation};
+use serde_json::Value;
+use sqlx::postgres::{PgArguments, PgPoolOptions, PgRow};
+use sqlx::query::Query;
+use sqlx::{Row, Transaction};
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+use crate::dialect::{Candidate, Dialect, classify_common};
+use crate::dsn::Dsn;
+use crate::machine::{BackendOptions, SqlExecutionBackend};
+use crate::param::{Param, numbered_placeholders};
+use crate::schema::{self, TableNames};
+use crate::{SqlConnector, decode, setup_error};
+
+/// The PostgreSQL dialect.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Postgres;
+
+/// Tracked execution on PostgreSQL.
+pub type PostgresExecutionBackend = SqlExecutionBackend<Postgres>;
+/// A shared PostgreSQL pool.
+pub type PostgresConnector = SqlConnector<Postgres>;
+/// A worker source claiming PostgreSQL executions.
+pub type PostgresExecutionSource = ExecutionSource<PostgresExecutionBackend>;
+
+/// A source for `dsn`: its own backend (with `backend` options) and the worker `options`.
+pub fn execution_source(
+    dsn: &str,
+    backend: BackendOptions,
+    options: ExecutionSourceOptions,
+) -> onestep_core::Result<PostgresExecutionSource> {
+    let backend = PostgresExecutionBackend::new(dsn, backend)?;
+    ExecutionSource::new(backend, options)
+}
+
+fn bind(
+    q: Query<'_, sqlx::Postgres, PgArguments>,
+    param: Param,
+) -> Query<'_, sqlx::Postgres, PgArguments> {
+    match param {
+        Param::Id(v) => q.bind(v),
+        Param::OptId(v) => q.bind(v),
+        Param::Text(v) => q.bind(v),
+        Param::OptText(v) => q.bind(v),
+        Param::Int(v) => q.bind(v),
+        Param::BigInt(v) => q.bind(v),
+        Param::Json(v) => q.bind(sqlx::types::Json(v)),
+        Param::OptJson(v) => q.bind(v.map(sqlx::types::Json)),
+        Param::Time(v) => q.bind(v),
+        Param::OptTime(v) => q.bind(v),
+    }
+}
+
+fn query(sql: &str, params: Vec<Param>) -> Query<'_, sqlx::Postgres, PgArguments> {
+    params.into_iter().fold(sqlx::query(sql), bind)
+}
+
+fn execution(row: &PgRow) -> Result<ExecutionRow, sqlx::Error> {
+    Ok(ExecutionRow {
+        id: row.try_get(0)?,
+        namespace: row.try_get(1)?,
+        task_name: row.try_get(2)?,
+        status: decode::status(row.try_get::<String, _>(3)?)?,
+        payload: row.try_get::<Value, _>(4)?,
+        metadata: row.try_get::<Value, _>(5)?,
+        result: row.try_get::<Option<Value>, _>(6)?,
+        error: row.try_get::<Option<Value>, _>(7)?,
+        idempotency_key: row.try_get(8)?,
+        submission_digest: row.try_get(9)?,
+        attempts: row.try_get(10)?,
+        available_at: row.try_get(11)?,
+        lease_token: row.try_get(12)?,
+        lease_expires_at: row.try_get(13)?,
+        worker_id: row.try_get(14)?,
+        cancel_reason: row.try_get(15)?,
+        cancel_requested_at: row.try_get(16)?,
+        expires_at: row.try_get(17)?,
+        created_at: row.try_get(18)?,
+        updated_at: row.try_get(19)?,
+        started_at: row.try_get(20)?,
+        finished_at: row.try_get(21)?,
+        version: row.try_get(22)?,
+    })
+}
+
+fn attempt(row: &PgRow) -> Result<AttemptRow, sqlx::Error> {
+    Ok(AttemptRow {
+        id: row.try_get(0)?,
+        execution_id: row.try_get(1)?,
+        attempt_no: row.try_get(2)?,
+        lease_token: row.try_get(3)?,
+        worker_id: row.try_get(4)?,
+        status: decode::attempt_status(row.try_get::<String, _>(5)?)?,
+        error: row.try_get::<Option<Value>, _>(6)?,
+        started_at: row.try_get(7)?,
+        heartbeat_at: row.try_get(8)?,
+        finished_at: row.try_get(9)?,
+    })
+}
+
+#[async_trait]
+impl Dialect for Postgres {
+    type Db = sqlx::Postgres;
+    const NAME: &'static str = "postgres";
+    const SCHEMA: schema::Dialect = schema::Dialect::Postgres;
+    const FOR_UPDATE: &'static str = " FOR UPDATE";
+    const SKIP_LOCKED: &'static str = " FOR UPDATE SKIP LOCKED";
+
+    fn render(sql: &str) -> String {
+        numbered_placeholders(sql)
+    }
+
+    fn connect_lazy(dsn: &Dsn, max_connections: u32) -> Result<sqlx::Pool<sqlx::Postgres>, String> {
+        PgPoolOptions::new()
+            .max_connections(max_connections)
+            .connect_lazy(dsn.as_url())
+            .map_err(|e| e.to_string())
+    }
+
+    async fn begin(
+        pool: &sqlx::Pool<sqlx::Postgres>,
+    ) -> Result<Transaction<'static, sqlx::Postgres>, sqlx::Error> {
+        pool.begin().await
+    }
+
+    async fn execute(
+        tx: &mut Transaction<'static, sqlx::Postgres>,
+        sql: &str,
+        params: Vec<Param>,
+    ) -> Result<u64, sqlx::Error> {
+        Ok(query(sql, params).execute(&mut **tx).await?.rows_affected())
+    }
+
+    async fn fetch_executions(
+        tx: &mut Transaction<'static, sqlx::Postgres>,
+        sql: &str,
+        params: Vec<Param>,
+    ) -> Result<Vec<ExecutionRow>, sqlx::Error> {
+        query(sql, params)
+            .fetch_all(&mut **tx)
+            .await?
+            .iter()
+            .map(execution)
+            .collect()
+    }
+
+    async fn fetch_candidates(
+        tx: &mut Transaction<'static, sqlx::Postgres>,
+        sql: &str,
+        params: Vec<Param>,
+    ) -> Result<Vec<Candidate>, sqlx::Error> {
+        query(sql, params)
+            .fetch_all(&mut **tx)
+            .await?
+            .iter()
+            .map(|r| {
+                Ok((
+                    r.try_get::<Uuid, _>(0)?,
+                    r.try_get::<i64, _>(1)?,
+                    r.try_get::<Option<Uuid>, _>(2)?,
+                ))
+            })
+            .collect()
+    }
+
+    async fn fetch_attempts(
+        tx: &mut Transaction<'static, sqlx::Postgres>,
+        sql: &str,
+        params: Vec<Param>,
+    ) -> Result<Vec<AttemptRow>, sqlx::Error> {
+        query(sql, params)
+            .fetch_all(&mut **tx)
+            .await?
+            .iter()
+            .map(attempt)
+            .collect()
+    }
+
+    async fn database_now(
+        tx: &mut Transaction<'static, sqlx::Postgres>,
+    ) -> Result<Option<OffsetDateTime>, sqlx::Error> {
+        let now: OffsetDateTime = sqlx::query_scalar("SELECT CURRENT_TIMESTAMP")
+            .fetch_one(&mut **tx)
+            .await?;
+        Ok(Some(now))
+    }
+
+    async fn check_server(_pool: &sqlx::Pool<sqlx::Postgres>) -> ExecutionResult<()> {
+        Ok(())
+    }
+
+    async fn ensure_tables(
+        pool: &sqlx::Pool<sqlx::Postgres>,
+        tables: &TableNames,
+        auto_create: bool,
+    ) -> ExecutionResult<()> {
+        let open = |e: sqlx::Error| {
+            ExecutionError::Connector(Self::connector_error(ConnectorOperation::Open, e))
+        };
+        if !auto_create {
+            let mut missing = Vec::new();
+            for table in [&tables.executions, &tables.attempts] {
+                let found: Option<String> = sqlx::query_scalar("SELECT to_regclass($1)::text")
+                    .bind(Self::quote(table))
+                    .fetch_one(pool)
+                    .await
+                    .map_err(open)?;
+                if found.is_none() {
+                    missing.push(table.as_str());
+                }
+            }
+            return if missing.is_empty() {
+                Ok(())
+            } else {
+                Err(setup_error::<Self>(format!(
+                    "missing execution tables: {}",
+                    missing.join(", ")
+                )))
+            };
+        }
+        let ddl = schema::render_ddl(Self::SCHEMA, tables).map_err(crate::machine::schema_error)?;
+        let mut tx = pool.begin().await.map_err(open)?;
+        sqlx::query("SELECT pg_advisory_xact_lock($1)")
+            .bind(schema::postgres_advisory_lock_key(tables))
+            .execute(&mut *tx)
+            .await
+            .map_err(open)?;
+        for statement in ddl {
+            sqlx::query(&statement)
+                .execute(&mut *tx)
+                .await
+                .map_err(open)?;
+        }
+        tx.commit().await.map_err(open)
+    }
+
+    fn classify(err: &sqlx::Error) -> ConnectorErrorKind {
+        if let Some(kind) = classify_common(err) {
+            return kind;
+        }
+        let Some(code) = err
+            .as_database_error()
+            .and_then(|e| e.code())
+            .map(|c| c.to_string())
+        else {
+            return ConnectorErrorKind::Uncertain;
+        };
+        match code.as_str() {
+            "40001" | "40P01" | "55P03" | "57014" => ConnectorErrorKind::Transient,
+            "53300" | "53400" => ConnectorErrorKind::Throttled,
+            "57P01" | "57P02" | "57P03" => ConnectorErrorKind::Disconnected,
+            "3D000" | "42501" => ConnectorErrorKind::Misconfigured,
+            c if c.starts_with("08") => ConnectorErrorKind::Disconnected,
+            c if c.starts_with("28") => ConnectorErrorKind::Misconfigured,
+            c if c.starts_with("53") => ConnectorErrorKind::Throttled,
+            c if c.starts_with("42") || c.starts_with("23") || c.starts_with("22") => {
+                ConnectorErrorKind::Permanent
+            }
+            _ => ConnectorErrorKind::Transient,
+        }
+    }
+}

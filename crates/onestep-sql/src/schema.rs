@@ -1,0 +1,529 @@
+//! DDL, object names and DDL locks of the tracked-execution tables.
+//!
+//! The two tables (executions and attempts) must be byte-compatible with the
+//! Python reference (`onestep-sql` 0.7.1) so that a Python API and a Rust worker
+//! can share one database. This module ports the reference's rules:
+//!
+//! * table names are bare identifiers (`^[A-Za-z_][A-Za-z0-9_]*$`) of at most
+//!   63 characters on PostgreSQL and 64 on MySQL/MariaDB ([`validate_table_name`]);
+//! * index and constraint names are `{prefix}{table}_{suffix}`, hash-truncated
+//!   to the dialect's identifier limit ([`derive_object_name`],
+//!   [`object_names`]);
+//! * the DDL is the reference's, rendered from per-dialect templates with
+//!   `{placeholder}`s for the table and object names ([`render_ddl`]);
+//! * concurrent creators serialize on a PostgreSQL advisory lock
+//!   ([`postgres_advisory_lock_key`]) or on two MySQL `GET_LOCK` names
+//!   ([`MYSQL_GLOBAL_DDL_LOCK_NAME`], then [`mysql_ddl_lock_name`]).
+//!
+//! SQLite: the reference has no SQLite backend; its unit suites run the
+//! PostgreSQL schema on SQLite. [`Dialect::Sqlite`] is exactly that: the
+//! PostgreSQL schema builder rendered for SQLite (`CHAR(32)` ids, `JSON`,
+//! `DATETIME`, the same partial indexes and fixed CHECK names), and
+//! PostgreSQL's 63-character limit for table names and derived names. SQLite
+//! itself has no identifier length limit; 63 keeps a SQLite database
+//! identical to the one the reference's PostgreSQL schema makes on SQLite, and
+//! keeps every accepted name portable to PostgreSQL.
+//!
+//! MariaDB: with SQLAlchemy 2.1 the reference creates MariaDB's native `UUID`
+//! type for the id columns once connected to MariaDB 10.7+ (even through a
+//! `mysql://` URL), and its CHAR(32) binding no longer fits a `CHAR(32)`
+//! column there ("Data too long"). [`Dialect::MariaDb`] renders that schema;
+//! choose it with [`mysql_family_dialect`] from `SELECT VERSION()`.
+//!
+//! Identifier quoting: the templates quote every table and object name
+//! (`"…"` on PostgreSQL and SQLite, `` `…` `` on MySQL). SQLAlchemy quotes a name
+//! when it has an upper-case letter or is a reserved word of the dialect;
+//! quoting a lower-case, non-reserved name changes nothing on any of these
+//! databases, so always quoting names the same objects the reference names
+//! (a `MyExecutions` table is `"MyExecutions"` on PostgreSQL for both).
+
+use sha2::{Digest, Sha256};
+
+/// Default name of the executions table (the reference's `table=` default).
+pub const DEFAULT_EXECUTIONS_TABLE: &str = "onestep_executions";
+
+/// Default name of the attempts table (the reference's `attempts_table=` default).
+pub const DEFAULT_ATTEMPTS_TABLE: &str = "onestep_execution_attempts";
+
+/// Fixed MySQL `GET_LOCK` name that every tracked-execution DDL takes first.
+///
+/// Two backends over one shared executions table but different attempts
+/// tables derive different [`mysql_ddl_lock_name`]s, so the reference also
+/// serializes all execution DDL on this one name: acquire it, then the pair
+/// lock; release the pair lock, then this one.
+pub const MYSQL_GLOBAL_DDL_LOCK_NAME: &str = "lock_onestep_execution_ddl";
+
+/// Seconds the reference waits for each MySQL `GET_LOCK` before failing.
+pub const MYSQL_DDL_LOCK_TIMEOUT_SECS: u32 = 10;
+
+/// Number of hex digits of `sha256(base)` appended to a truncated name.
+pub const NAME_HASH_LENGTH: usize = 12;
+
+/// The single place that says where the DDL templates live.
+///
+/// `include_str!` only takes a literal (or a macro expanding to one), so the
+/// location is a macro instead of a `const`. To move the templates to the
+/// workspace's `migrations/{postgres,mysql,sqlite}/…`, change this path and the
+/// three file names in [`Dialect::ddl_template`].
+macro_rules! ddl_template_file {
+    ($file:literal) => {
+        include_str!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../migrations/",
+            $file
+        ))
+    };
+}
+
+const POSTGRES_TEMPLATE: &str = ddl_template_file!("postgres/execution_tables.sql");
+const MYSQL_TEMPLATE: &str = ddl_template_file!("mysql/execution_tables.sql");
+const SQLITE_TEMPLATE: &str = ddl_template_file!("sqlite/execution_tables.sql");
+
+/// Line that separates two statements in a DDL template.
+pub const STATEMENT_SEPARATOR: &str = "-- statement";
+
+/// A SQL dialect that can hold the tracked-execution tables.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Dialect {
+    /// PostgreSQL (the reference's `onestep_sql.postgres` schema).
+    Postgres,
+    /// MySQL 8.0.16+, and MariaDB before 10.7 (the reference's
+    /// `onestep_sql.mysql` schema with `CHAR(32)` hex ids).
+    MySql,
+    /// MariaDB 10.7+ reached through the MySQL protocol: the MySQL schema
+    /// with MariaDB's native `UUID` type for the id columns, which is what the
+    /// reference creates there (SQLAlchemy 2.1 maps `sa.Uuid` to `UUID` once it
+    /// has connected to MariaDB 10.7+; SQLAlchemy 2.0 still used `CHAR(32)`).
+    /// Names, limits and locks are MySQL's. Pick it with
+    /// [`mysql_family_dialect`].
+    MariaDb,
+    /// SQLite: the PostgreSQL schema rendered for SQLite, as the reference's
+    /// unit suites use it.
+    Sqlite,
+}
+
+impl Dialect {
+    /// Every dialect, in a fixed order.
+    pub const ALL: [Dialect; 4] = [
+        Dialect::Postgres,
+        Dialect::MySql,
+        Dialect::MariaDb,
+        Dialect::Sqlite,
+    ];
+
+    /// Longest table name, and longest derived object name, in characters:
+    /// 63 on PostgreSQL and SQLite, 64 on MySQL and MariaDB.
+    pub const fn identifier_max_length(self) -> usize {
+        match self {
+            Dialect::Postgres | Dialect::Sqlite => 63,
+            Dialect::MySql | Dialect::MariaDb => 64,
+        }
+    }
+
+    /// Whether this is one of the MySQL-protocol dialects, which share
+    /// per-table CHECK and FK names and the `GET_LOCK` DDL locks.
+    pub const fn is_mysql_family(self) -> bool {
+        matches!(self, Dialect::MySql | Dialect::MariaDb)
+    }
+
+    /// Column type of the UUID columns (`id`, `execution_id`, `lease_token`):
+    /// `UUID` on PostgreSQL and MariaDB, `CHAR(32)` (32 lower-case hex digits,
+    /// no dashes) on MySQL and SQLite.
+    pub const fn uuid_type(self) -> &'static str {
+        match self {
+            Dialect::Postgres | Dialect::MariaDb => "UUID",
+            Dialect::MySql | Dialect::Sqlite => "CHAR(32)",
+        }
+    }
+
+    /// The raw DDL template: statements separated by [`STATEMENT_SEPARATOR`]
+    /// lines, `--` comment lines, and `{placeholder}`s (see [`render_ddl`]).
+    /// MySQL and MariaDB share one template.
+    pub const fn ddl_template(self) -> &'static str {
+        match self {
+            Dialect::Postgres => POSTGRES_TEMPLATE,
+            Dialect::MySql | Dialect::MariaDb => MYSQL_TEMPLATE,
+            Dialect::Sqlite => SQLITE_TEMPLATE,
+        }
+    }
+}
+
+/// Choose [`Dialect::MariaDb`] or [`Dialect::MySql`] from the server's
+/// `SELECT VERSION()` string, the way SQLAlchemy decides whether to use
+/// MariaDB's native UUID type.
+///
+/// The string is split at `.`, `-` and `+`; numeric pieces (optionally
+/// followed by `a`, `b` or `c`) are version numbers, and a piece starting
+/// with `MariaDB` marks a MariaDB server whose version is the last three
+/// numbers before it (which skips the `5.5.5-` prefix some MariaDB servers
+/// report). MariaDB 10.7 or newer gives [`Dialect::MariaDb`]; anything else,
+/// including an unparsable string, gives [`Dialect::MySql`].
+pub fn mysql_family_dialect(server_version: &str) -> Dialect {
+    let mut numbers: Vec<u64> = Vec::new();
+    let mut mariadb_version: Option<Vec<u64>> = None;
+    for piece in server_version.split(['.', '-', '+']) {
+        if piece.starts_with("MariaDB") && piece.chars().all(|c| c.is_alphanumeric() || c == '_') {
+            let start = numbers.len().saturating_sub(3);
+            mariadb_version = Some(numbers[start..].to_vec());
+        } else {
+            let digits = piece.strip_suffix(['a', 'b', 'c']).unwrap_or(piece);
+            if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) {
+                // A number too large for u64 is no real version; saturate.
+                numbers.push(digits.parse().unwrap_or(u64::MAX));
+            }
+        }
+    }
+    match mariadb_version {
+        Some(version) if version.as_slice() >= [10, 7].as_slice() => Dialect::MariaDb,
+        _ => Dialect::MySql,
+    }
+}
+
+/// Why a pair of table names cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SchemaError {
+    /// The name is empty or is not a bare `[A-Za-z_][A-Za-z0-9_]*` identifier
+    /// (no schema qualifier, no quoting, ASCII only).
+    #[error("{field} must be a non-empty SQL identifier")]
+    NotAnIdentifier {
+        /// The option that carried the name (`executions_table`, `attempts_table`).
+        field: String,
+    },
+    /// The name is longer than the dialect's identifier limit.
+    #[error("{field} must be at most {max_length} characters")]
+    TooLong {
+        /// The option that carried the name.
+        field: String,
+        /// The dialect's limit ([`Dialect::identifier_max_length`]).
+        max_length: usize,
+    },
+    /// Both names designate one table (compared ignoring ASCII case, since
+    /// SQLite and case-insensitive MySQL installations fold case). The
+    /// reference fails here too, inside SQLAlchemy, with an unrelated message.
+    #[error("executions_table and attempts_table must name different tables")]
+    SameTable,
+}
+
+/// Check one table name the way the reference does.
+///
+/// `field` names the option in the message, e.g. `"executions_table"`. The
+/// identifier shape is checked before the length, so an over-long name that is
+/// also malformed reports "must be a non-empty SQL identifier".
+pub fn validate_table_name(field: &str, name: &str, dialect: Dialect) -> Result<(), SchemaError> {
+    if !is_bare_identifier(name) {
+        return Err(SchemaError::NotAnIdentifier {
+            field: field.to_owned(),
+        });
+    }
+    let max_length = dialect.identifier_max_length();
+    // Bare identifiers are ASCII, so bytes are characters here.
+    if name.len() > max_length {
+        return Err(SchemaError::TooLong {
+            field: field.to_owned(),
+            max_length,
+        });
+    }
+    Ok(())
+}
+
+fn is_bare_identifier(name: &str) -> bool {
+    let mut chars = name.chars();
+    match chars.next() {
+        Some(first) if first.is_ascii_alphabetic() || first == '_' => {}
+        _ => return false,
+    }
+    chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// The names of the two tracked-execution tables.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct TableNames {
+    /// The executions table (`table=` in the reference).
+    pub executions: String,
+    /// The attempts table (`attempts_table=` in the reference).
+    pub attempts: String,
+}
+
+impl TableNames {
+    /// Pair two table names (nothing is checked; see [`TableNames::validate`]).
+    pub fn new(executions: impl Into<String>, attempts: impl Into<String>) -> Self {
+        Self {
+            executions: executions.into(),
+            attempts: attempts.into(),
+        }
+    }
+
+    /// Check both names for `dialect`: the executions table first (fields
+    /// `executions_table`, then `attempts_table`, as the reference reports
+    /// them), then that they are two different tables.
+    pub fn validate(&self, dialect: Dialect) -> Result<(), SchemaError> {
+        validate_table_name("executions_table", &self.executions, dialect)?;
+        validate_table_name("attempts_table", &self.attempts, dialect)?;
+        if self.executions.eq_ignore_ascii_case(&self.attempts) {
+            return Err(SchemaError::SameTable);
+        }
+        Ok(())
+    }
+}
+
+impl Default for TableNames {
+    /// `onestep_executions` and `onestep_execution_attempts`.
+    fn default() -> Self {
+        Self::new(DEFAULT_EXECUTIONS_TABLE, DEFAULT_ATTEMPTS_TABLE)
+    }
+}
+
+/// Derive an index, constraint or lock name from a table name.
+///
+/// Returns `{prefix}{table}_{suffix}` when it is at most `max_length`
+/// characters; otherwise its first `max_length - 13` characters, `_`, and the
+/// first [`NAME_HASH_LENGTH`] hex digits of its SHA-256, which keeps the
+/// result unique, deterministic and exactly `max_length` long. Lengths count
+/// characters, as the reference does; the hash is over the UTF-8 bytes (the
+/// reference hashes ASCII, which validated names always are).
+pub fn derive_object_name(table: &str, prefix: &str, suffix: &str, max_length: usize) -> String {
+    let base = format!("{prefix}{table}_{suffix}");
+    if base.chars().count() <= max_length {
+        return base;
+    }
+    let digest = hex::encode(Sha256::digest(base.as_bytes()));
+    let hash: String = digest.chars().take(NAME_HASH_LENGTH).collect();
+    let stem_length = max_length.saturating_sub(NAME_HASH_LENGTH + 1);
+    let stem: String = base.chars().take(stem_length).collect();
+    format!("{stem}_{hash}")
+}
+
+/// Every index and constraint name of one pair of tables, in one dialect.
+///
+/// The field names are the template placeholders (`{uq_idempotency}`, …).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ObjectNames {
+    /// Unique index on executions `(namespace, task_name, idempotency_key)`
+    /// (partial `WHERE idempotency_key IS NOT NULL` except on MySQL/MariaDB).
+    pub uq_idempotency: String,
+    /// Claim index on executions `(namespace, task_name, available_at,
+    /// created_at, id)` (partial on `status IN ('queued', 'retrying')` except
+    /// on MySQL/MariaDB).
+    pub ix_claim: String,
+    /// Lease index on executions `(lease_expires_at, id)` (partial on
+    /// `status IN ('running', 'cancel_requested')` except on MySQL/MariaDB).
+    pub ix_lease: String,
+    /// Listing index on executions `(namespace, created_at DESC, id DESC)`.
+    pub ix_list: String,
+    /// Index on attempts `(execution_id, attempt_no DESC)`.
+    pub ix_attempts_execution: String,
+    /// Unique constraint on attempts `(execution_id, attempt_no)`.
+    pub uq_attempts_execution_attempt: String,
+    /// CHECK on the executions `status` values: fixed
+    /// `ck_onestep_execution_status` on PostgreSQL and SQLite (CHECK names are
+    /// per table there), `ck_{executions}_status` on MySQL/MariaDB
+    /// (schema-global on MySQL 8).
+    pub ck_status: String,
+    /// CHECK that `idempotency_key` and `submission_digest` are both NULL or
+    /// both set: fixed `ck_onestep_execution_idempotency` on PostgreSQL and
+    /// SQLite, `ck_{executions}_idempotency` on MySQL/MariaDB.
+    pub ck_idempotency: String,
+    /// CHECK on the attempts `status` values: fixed `ck_onestep_attempt_status`
+    /// on PostgreSQL and SQLite, `ck_{attempts}_status` on MySQL/MariaDB.
+    pub ck_attempt_status: String,
+    /// Name of the attempts → executions foreign key: `fk_{attempts}_execution`
+    /// on MySQL/MariaDB (InnoDB's own `{attempts}_ibfk_1` would pass 64
+    /// characters at a 58-character table name, and FK names are
+    /// schema-global); `None` on
+    /// PostgreSQL and SQLite, where the reference leaves it unnamed
+    /// (PostgreSQL then calls it `{attempts}_execution_id_fkey`).
+    pub fk_attempts_execution: Option<String>,
+}
+
+impl ObjectNames {
+    /// The derived names that exist in this dialect, as `(placeholder, name)`
+    /// pairs in a fixed order.
+    pub fn entries(&self) -> Vec<(&'static str, &str)> {
+        let mut out = vec![
+            ("uq_idempotency", self.uq_idempotency.as_str()),
+            ("ix_claim", self.ix_claim.as_str()),
+            ("ix_lease", self.ix_lease.as_str()),
+            ("ix_list", self.ix_list.as_str()),
+            ("ix_attempts_execution", self.ix_attempts_execution.as_str()),
+            (
+                "uq_attempts_execution_attempt",
+                self.uq_attempts_execution_attempt.as_str(),
+            ),
+            ("ck_status", self.ck_status.as_str()),
+            ("ck_idempotency", self.ck_idempotency.as_str()),
+            ("ck_attempt_status", self.ck_attempt_status.as_str()),
+        ];
+        if let Some(fk) = &self.fk_attempts_execution {
+            out.push(("fk_attempts_execution", fk.as_str()));
+        }
+        out
+    }
+}
+
+/// Derive every index and constraint name for `tables` in `dialect`.
+///
+/// Index and UNIQUE names are derived per table on every dialect (limit 63 on
+/// PostgreSQL and SQLite, 64 on MySQL and MariaDB). CHECK names are fixed
+/// constants on PostgreSQL and SQLite and derived per table on MySQL and
+/// MariaDB; the FK is named only on MySQL and MariaDB. Meant for validated
+/// names ([`TableNames::validate`]); other input still yields a value, never
+/// a panic.
+pub fn object_names(dialect: Dialect, tables: &TableNames) -> ObjectNames {
+    let max = dialect.identifier_max_length();
+    let executions = tables.executions.as_str();
+    let attempts = tables.attempts.as_str();
+    let derive =
+        |table: &str, prefix: &str, suffix: &str| derive_object_name(table, prefix, suffix, max);
+    let (ck_status, ck_idempotency, ck_attempt_status, fk_attempts_execution) = match dialect {
+        Dialect::Postgres | Dialect::Sqlite => (
+            "ck_onestep_execution_status".to_owned(),
+            "ck_onestep_execution_idempotency".to_owned(),
+            "ck_onestep_attempt_status".to_owned(),
+            None,
+        ),
+        Dialect::MySql | Dialect::MariaDb => (
+            derive(executions, "ck_", "status"),
+            derive(executions, "ck_", "idempotency"),
+            derive(attempts, "ck_", "status"),
+            Some(derive(attempts, "fk_", "execution")),
+        ),
+    };
+    ObjectNames {
+        uq_idempotency: derive(executions, "uq_", "idempotency"),
+        ix_claim: derive(executions, "ix_", "claim"),
+        ix_lease: derive(executions, "ix_", "lease"),
+        ix_list: derive(executions, "ix_", "list"),
+        ix_attempts_execution: derive(attempts, "ix_", "execution"),
+        uq_attempts_execution_attempt: derive(attempts, "uq_", "execution_attempt"),
+        ck_status,
+        ck_idempotency,
+        ck_attempt_status,
+        fk_attempts_execution,
+    }
+}
+
+/// Render the `CREATE TABLE IF NOT EXISTS` / `CREATE INDEX IF NOT EXISTS`
+/// statements for `tables`, in execution order (executions table, its
+/// indexes, attempts table, its index), without terminators.
+///
+/// Running them again is harmless. On MySQL the indexes are declared inside
+/// `CREATE TABLE` (MySQL 8 has no `CREATE INDEX IF NOT EXISTS`), so there are
+/// two statements instead of six. The names are validated first
+/// ([`TableNames::validate`]) because they are pasted into SQL text.
+///
+/// Placeholders: `{executions}`, `{attempts}`, every field of
+/// [`ObjectNames`], and `{uuid_type}` ([`Dialect::uuid_type`], used by the
+/// MySQL/MariaDB template); any other brace text (such as the `'{}'` JSON
+/// default) is kept as it is.
+pub fn render_ddl(dialect: Dialect, tables: &TableNames) -> Result<Vec<String>, SchemaError> {
+    tables.validate(dialect)?;
+    let names = object_names(dialect, tables);
+    let mut values: Vec<(&str, &str)> = vec![
+        ("executions", tables.executions.as_str()),
+        ("attempts", tables.attempts.as_str()),
+        ("uuid_type", dialect.uuid_type()),
+    ];
+    values.extend(names.entries());
+    Ok(template_statements(dialect.ddl_template())
+        .into_iter()
+        .map(|statement| substitute(&statement, &values))
+        .collect())
+}
+
+/// Split a template into statements: drop `--` comment lines, cut at
+/// [`STATEMENT_SEPARATOR`] lines, trim, skip empty pieces.
+fn template_statements(template: &str) -> Vec<String> {
+    let mut statements = Vec::new();
+    let mut current = String::new();
+    let mut flush = |current: &mut String| {
+        let statement = current.trim();
+        if !statement.is_empty() {
+            statements.push(statement.to_owned());
+        }
+        current.clear();
+    };
+    for line in template.lines() {
+        let trimmed = line.trim();
+        if trimmed == STATEMENT_SEPARATOR {
+            flush(&mut current);
+        } else if !trimmed.starts_with("--") {
+            current.push_str(line);
+            current.push('\n');
+        }
+    }
+    flush(&mut current);
+    statements
+}
+
+/// Replace each `{key}` whose key is in `values`; leave all other text alone.
+fn substitute(statement: &str, values: &[(&str, &str)]) -> String {
+    let mut out = String::with_capacity(statement.len() + 64);
+    let mut rest = statement;
+    while let Some(open) = rest.find('{') {
+        out.push_str(&rest[..open]);
+        let after = &rest[open + 1..];
+        let replacement = after.find('}').and_then(|close| {
+            let key = &after[..close];
+            values
+                .iter()
+                .find(|(name, _)| *name == key)
+                .map(|(_, value)| (*value, close))
+        });
+        match replacement {
+            Some((value, close)) => {
+                out.push_str(value);
+                rest = &after[close + 1..];
+            }
+            None => {
+                out.push('{');
+                rest = after;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// Key of the PostgreSQL transaction advisory lock that serializes table
+/// creation: `SELECT pg_advisory_xact_lock(key)` in the DDL transaction.
+///
+/// The key is the first 8 bytes of `sha256("{executions}\0{attempts}")` (UTF-8),
+/// read as a signed big-endian 64-bit integer.
+pub fn postgres_advisory_lock_key(tables: &TableNames) -> i64 {
+    let mut hasher = Sha256::new();
+    hasher.update(tables.executions.as_bytes());
+    hasher.update([0u8]);
+    hasher.update(tables.attempts.as_bytes());
+    let digest = hasher.finalize();
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&digest[..8]);
+    i64::from_be_bytes(first)
+}
+
+/// The per-pair MySQL `GET_LOCK` name that serializes table creation:
+/// `lock_{executions}_{attempts}`, hash-truncated to 64 characters (the
+/// `GET_LOCK` limit). Taken after [`MYSQL_GLOBAL_DDL_LOCK_NAME`], each with a
+/// [`MYSQL_DDL_LOCK_TIMEOUT_SECS`] timeout, and released first.
+pub fn mysql_ddl_lock_name(tables: &TableNames) -> String {
+    derive_object_name(&tables.executions, "lock_", &tables.attempts, 64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn substitution_keeps_unknown_and_empty_braces() {
+        let values = [("a", "X")];
+        assert_eq!(substitute("'{}' {a} {b} {a", &values), "'{}' X {b} {a");
+    }
+
+    #[test]
+    fn template_split_drops_comments_and_separators() {
+        let template = "-- header\nSELECT 1\n-- statement\n\n-- statement\n  SELECT '{}'\n";
+        assert_eq!(
+            template_statements(template),
+            vec!["SELECT 1", "SELECT '{}'"]
+        );
+    }
+}

@@ -1,0 +1,126 @@
+//! The statements of the execution state machine, written once for every dialect.
+//!
+//! `{e}` is the executions table, `{a}` the attempts table, `{lock}` / `{skip}` the dialect's
+//! row-lock clauses; `?` placeholders are adapted by the dialect.
+
+/// Every executions column, in table order (the dialects decode rows in this order).
+pub const EXECUTION_COLUMNS: &str = "id, namespace, task_name, status, payload, metadata, result, error, \
+idempotency_key, submission_digest, attempts, available_at, lease_token, lease_expires_at, worker_id, \
+cancel_reason, cancel_requested_at, expires_at, created_at, updated_at, started_at, finished_at, version";
+
+/// Every attempts column, in table order.
+pub const ATTEMPT_COLUMNS: &str = "id, execution_id, attempt_no, lease_token, worker_id, status, error, started_at, heartbeat_at, finished_at";
+
+/// Inserts a queued execution (all columns).
+pub const INSERT_EXECUTION: &str = "INSERT INTO {e} (id, namespace, task_name, status, payload, metadata, result, \
+error, idempotency_key, submission_digest, attempts, available_at, lease_token, lease_expires_at, worker_id, \
+cancel_reason, cancel_requested_at, expires_at, created_at, updated_at, started_at, finished_at, version) \
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+
+/// One execution in a namespace.
+pub const GET: &str = "SELECT {cols} FROM {e} WHERE namespace = ? AND id = ?";
+
+/// One execution by id, locked for the transaction.
+pub const GET_FOR_UPDATE: &str = "SELECT {cols} FROM {e} WHERE id = ?{lock}";
+
+/// One execution in a namespace, locked for the transaction.
+pub const GET_IN_NAMESPACE_FOR_UPDATE: &str =
+    "SELECT {cols} FROM {e} WHERE namespace = ? AND id = ?{lock}";
+
+/// The execution holding an idempotency key.
+pub const GET_BY_KEY: &str =
+    "SELECT {cols} FROM {e} WHERE namespace = ? AND task_name = ? AND idempotency_key = ?";
+
+/// `status = retrying` whose latest attempt lost its lease: claimable (and never expired) after
+/// `expires_at`.
+pub const LEASE_LOST_RETRY: &str = "(e.status = 'retrying' AND EXISTS (SELECT 1 FROM {a} la \
+WHERE la.execution_id = e.id AND la.attempt_no = e.attempts AND la.status = 'lease_lost'))";
+
+/// Maintenance 1: queued or handler-retrying work past `expires_at`.
+pub const EXPIRE_CANDIDATES: &str = "SELECT e.id, e.version, e.lease_token FROM {e} e \
+WHERE e.status IN ('queued', 'retrying') AND e.expires_at IS NOT NULL AND e.expires_at <= ? \
+AND NOT {lease_lost_retry} ORDER BY e.expires_at, e.id LIMIT ?";
+
+/// Expires one candidate if it did not change since it was selected.
+pub const EXPIRE: &str = "UPDATE {e} SET status = 'expired', finished_at = ?, updated_at = ?, version = version + 1 \
+WHERE id = ? AND version = ? AND status IN ('queued', 'retrying') AND expires_at <= ?";
+
+/// Maintenance 2: cancel requests whose lease expired.
+pub const CANCEL_EXPIRY_CANDIDATES: &str = "SELECT e.id, e.version, e.lease_token FROM {e} e \
+WHERE e.status = 'cancel_requested' AND e.lease_expires_at <= ? ORDER BY e.lease_expires_at, e.id LIMIT ?";
+
+/// Cancels one candidate if it did not change since it was selected.
+pub const CANCEL_EXPIRY: &str = "UPDATE {e} SET status = 'cancelled', finished_at = ?, updated_at = ?, \
+lease_token = NULL, lease_expires_at = NULL, worker_id = NULL, version = version + 1 \
+WHERE id = ? AND version = ? AND lease_token = ? AND status = 'cancel_requested' AND lease_expires_at <= ?";
+
+/// Maintenance 3: running work whose lease expired.
+pub const RECLAIM_CANDIDATES: &str = "SELECT e.id, e.version, e.lease_token FROM {e} e \
+WHERE e.status = 'running' AND e.lease_expires_at <= ? ORDER BY e.lease_expires_at, e.id LIMIT ?";
+
+/// Returns one candidate to retrying if it did not change since it was selected.
+pub const RECLAIM: &str = "UPDATE {e} SET status = 'retrying', available_at = ?, updated_at = ?, \
+lease_token = NULL, lease_expires_at = NULL, worker_id = NULL, version = version + 1 \
+WHERE id = ? AND version = ? AND lease_token = ? AND status = 'running' AND lease_expires_at <= ?";
+
+/// Ends the running attempt holding a token.
+pub const FINISH_ATTEMPT_BY_TOKEN: &str = "UPDATE {a} SET status = ?, finished_at = ? WHERE execution_id = ? AND lease_token = ? AND status = 'running'";
+
+/// Ready work of one task, oldest first, skipping rows other workers hold. `{tasks}` is
+/// `= ?` for one task or `IN (?, …)`.
+pub const CLAIM: &str = "SELECT {cols} FROM {e} e WHERE e.namespace = ? AND e.task_name {tasks} \
+AND e.status IN ('queued', 'retrying') AND e.available_at <= ? \
+AND (e.expires_at IS NULL OR e.expires_at > ? OR {lease_lost_retry}) \
+ORDER BY e.available_at, e.created_at, e.id LIMIT ?{skip}";
+
+/// Starts an attempt on a claimed row.
+pub const START: &str = "UPDATE {e} SET status = 'running', attempts = ?, lease_token = ?, lease_expires_at = ?, \
+worker_id = ?, started_at = ?, updated_at = ?, version = ? WHERE id = ? AND version = ?";
+
+/// Records the new attempt.
+pub const INSERT_ATTEMPT: &str = "INSERT INTO {a} (id, execution_id, attempt_no, lease_token, worker_id, status, \
+error, started_at, heartbeat_at, finished_at) VALUES (?, ?, ?, ?, ?, 'running', NULL, ?, ?, NULL)";
+
+/// Renews a live lease.
+pub const HEARTBEAT: &str = "UPDATE {e} SET lease_expires_at = ?, updated_at = ? WHERE id = ? AND lease_token = ? \
+AND status IN ('running', 'cancel_requested') AND lease_expires_at IS NOT NULL AND lease_expires_at > ?";
+
+/// Records the heartbeat on the attempt.
+pub const HEARTBEAT_ATTEMPT: &str = "UPDATE {a} SET heartbeat_at = ? WHERE id = ? AND execution_id = ? \
+AND lease_token = ? AND status = 'running'";
+
+/// The running attempt of a lease.
+pub const GET_RUNNING_ATTEMPT: &str = "SELECT {acols} FROM {a} WHERE id = ? AND execution_id = ? \
+AND lease_token = ? AND status = 'running'";
+
+/// Writes a completion (compare-and-set on version; the row is locked).
+pub const COMPLETE: &str = "UPDATE {e} SET status = ?, updated_at = ?, version = version + 1, lease_token = NULL, \
+lease_expires_at = NULL, worker_id = NULL, result = ?, error = ?, available_at = ?, finished_at = ? \
+WHERE id = ? AND version = ?";
+
+/// Ends the attempt of a completion.
+pub const FINISH_ATTEMPT: &str = "UPDATE {a} SET status = ?, error = ?, finished_at = ? WHERE id = ? \
+AND execution_id = ? AND lease_token = ? AND status = 'running'";
+
+/// Returns a claim to the queue.
+pub const RELEASE: &str = "UPDATE {e} SET status = 'queued', available_at = ?, lease_token = NULL, \
+lease_expires_at = NULL, worker_id = NULL, updated_at = ?, version = version + 1 WHERE id = ? AND version = ?";
+
+/// Applies a cancel request.
+pub const CANCEL: &str = "UPDATE {e} SET status = ?, cancel_reason = ?, cancel_requested_at = ?, finished_at = ?, \
+updated_at = ?, version = version + 1 WHERE id = ? AND version = ?";
+
+/// The attempts of one execution, oldest first.
+pub const ATTEMPTS: &str = "SELECT {acols} FROM {a} WHERE execution_id = ? ORDER BY attempt_no";
+
+/// Fills in table names, column lists and the dialect's lock clauses.
+pub fn render(template: &str, executions: &str, attempts: &str, lock: &str, skip: &str) -> String {
+    template
+        .replace("{lease_lost_retry}", LEASE_LOST_RETRY)
+        .replace("{cols}", EXECUTION_COLUMNS)
+        .replace("{acols}", ATTEMPT_COLUMNS)
+        .replace("{e}", executions)
+        .replace("{a}", attempts)
+        .replace("{lock}", lock)
+        .replace("{skip}", skip)
+}

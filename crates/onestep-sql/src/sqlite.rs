@@ -1,0 +1,369 @@
+//! SQLite: ids as 32 hex digits, instants as fixed-width UTC text (`YYYY-MM-DD HH:MM:SS.ffffff`,
+//! so text order is time order), JSON as text; writes serialize with `BEGIN IMMEDIATE`; leases
+//! decided by the process clock. Good for one machine: the embedded quickstart, tests, small
+//! deployments.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use onestep_core::execution::stored::{AttemptRow, ExecutionRow};
+use onestep_core::execution::{
+    ExecutionError, ExecutionResult, ExecutionSource, ExecutionSourceOptions,
+};
+use onestep_core::{ConnectorErrorKind, ConnectorOperation};
+use serde_json::Value;
+use sqlx::query::Query;
+use sqlx::sqlite::{
+    SqliteArguments, SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow,
+};
+use sqlx::{Row, Transaction, TypeInfo, ValueRef};
+use time::format_description::FormatItem;
+use time::macros::format_description;
+use time::{OffsetDateTime, PrimitiveDateTime, UtcOffset};
+
+use crate::dialect::{Candidate, Dialect, classify_common};
+use crate::dsn::Dsn;
+use crate::machine::{BackendOptions, SqlExecutionBackend};
+use crate::param::Param;
+use crate::schema::{self, TableNames};
+use crate::{SqlConnector, decode, setup_error};
+
+/// The SQLite dialect.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Sqlite;
+
+/// Tracked execution on SQLite.
+pub type SqliteExecutionBackend = SqlExecutionBackend<Sqlite>;
+/// A shared SQLite pool.
+pub type SqliteConnector = SqlConnector<Sqlite>;
+/// A worker source claiming SQLite executions.
+pub type SqliteExecutionSource = ExecutionSource<SqliteExecutionBackend>;
+
+/// A source for `dsn`: its own backend (with `backend` options) and the worker `options`.
+pub fn execution_source(
+    dsn: &str,
+    backend: BackendOptions,
+    options: ExecutionSourceOptions,
+) -> onestep_core::Result<SqliteExecutionSource> {
+    let backend = SqliteExecutionBackend::new(dsn, backend)?;
+    ExecutionSource::new(backend, options)
+}
+
+const STORED: &[FormatItem<'static>] =
+    format_description!("[year]-[month]-[day] [hour]:[minute]:[second].[subsecond digits:6]");
+const STORED_T: &[FormatItem<'static>] =
+    format_description!("[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:6]");
+const STORED_NO_FRACTION: &[FormatItem<'static>] =
+    format_description!("[year]-[month]-[day] [hour]:[minute]:[second]");
+
+/// The stored text of an instant: UTC, microseconds, fixed width.
+pub fn format_instant(t: OffsetDateTime) -> String {
+    let t = t.to_offset(UtcOffset::UTC);
+    PrimitiveDateTime::new(t.date(), t.time())
+        .format(STORED)
+        .unwrap_or_default()
+}
+
+/// Parses stored instant text (as written by us or by SQLAlchemy).
+pub fn parse_instant(text: &str) -> Result<OffsetDateTime, sqlx::Error> {
+    let text = text.trim();
+    for format in [STORED, STORED_T, STORED_NO_FRACTION] {
+        if let Ok(t) = PrimitiveDateTime::parse(text, format) {
+            return Ok(t.assume_utc());
+        }
+    }
+    OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339)
+        .map_err(|e| sqlx::Error::Decode(format!("invalid stored instant {text:?}: {e}").into()))
+}
+
+fn bind<'q>(
+    q: Query<'q, sqlx::Sqlite, SqliteArguments<'q>>,
+    param: Param,
+) -> Query<'q, sqlx::Sqlite, SqliteArguments<'q>> {
+    match param {
+        Param::Id(v) => q.bind(v.simple().to_string()),
+        Param::OptId(v) => q.bind(v.map(|v| v.simple().to_string())),
+        Param::Text(v) => q.bind(v),
+        Param::OptText(v) => q.bind(v),
+        Param::Int(v) => q.bind(v),
+        Param::BigInt(v) => q.bind(v),
+        Param::Json(v) => q.bind(v.to_string()),
+        Param::OptJson(v) => q.bind(v.map(|v| v.to_string())),
+        Param::Time(v) => q.bind(format_instant(v)),
+        Param::OptTime(v) => q.bind(v.map(format_instant)),
+    }
+}
+
+fn query(sql: &str, params: Vec<Param>) -> Query<'_, sqlx::Sqlite, SqliteArguments<'_>> {
+    params.into_iter().fold(sqlx::query(sql), bind)
+}
+
+/// JSON columns have NUMERIC affinity, so a scalar document may come back as a number.
+fn json(row: &SqliteRow, i: usize) -> Result<Option<Value>, sqlx::Error> {
+    let raw = row.try_get_raw(i)?;
+    if raw.is_null() {
+        return Ok(None);
+    }
+    let kind = raw.type_info().name().to_ascii_uppercase();
+    match kind.as_str() {
+        "INTEGER" => Ok(Some(Value::from(row.try_get::<i64, _>(i)?))),
+        "REAL" => Ok(Some(Value::from(row.try_get::<f64, _>(i)?))),
+        _ => {
+            let text: String = row.try_get(i)?;
+            serde_json::from_str(&text)
+                .map(Some)
+                .map_err(|e| sqlx::Error::Decode(format!("invalid stored JSON: {e}").into()))
+        }
+    }
+}
+
+fn time(row: &SqliteRow, i: usize) -> Result<Option<OffsetDateTime>, sqlx::Error> {
+    row.try_get::<Option<String>, _>(i)?
+        .as_deref()
+        .map(parse_instant)
+        .transpose()
+}
+
+fn required<T>(value: Option<T>, column: &str) -> Result<T, sqlx::Error> {
+    value.ok_or_else(|| sqlx::Error::Decode(format!("column {column} is NULL").into()))
+}
+
+fn execution(row: &SqliteRow) -> Result<ExecutionRow, sqlx::Error> {
+    Ok(ExecutionRow {
+        id: decode::id(row.try_get::<String, _>(0)?)?,
+        namespace: row.try_get(1)?,
+        task_name: row.try_get(2)?,
+        status: decode::status(row.try_get::<String, _>(3)?)?,
+        payload: required(json(row, 4)?, "payload")?,
+        metadata: json(row, 5)?.unwrap_or(Value::Object(Default::default())),
+        result: json(row, 6)?,
+        error: json(row, 7)?,
+        idempotency_key: row.try_get(8)?,
+        submission_digest: row.try_get(9)?,
+        attempts: row.try_get(10)?,
+        available_at: required(time(row, 11)?, "available_at")?,
+        lease_token: row
+            .try_get::<Option<String>, _>(12)?
+            .map(decode::id)
+            .transpose()?,
+        lease_expires_at: time(row, 13)?,
+        worker_id: row.try_get(14)?,
+        cancel_reason: row.try_get(15)?,
+        cancel_requested_at: time(row, 16)?,
+        expires_at: time(row, 17)?,
+        created_at: required(time(row, 18)?, "created_at")?,
+        updated_at: required(time(row, 19)?, "updated_at")?,
+        started_at: time(row, 20)?,
+        finished_at: time(row, 21)?,
+        version: row.try_get(22)?,
+    })
+}
+
+fn attempt(row: &SqliteRow) -> Result<AttemptRow, sqlx::Error> {
+    Ok(AttemptRow {
+        id: decode::id(row.try_get::<String, _>(0)?)?,
+        execution_id: decode::id(row.try_get::<String, _>(1)?)?,
+        attempt_no: row.try_get(2)?,
+        lease_token: decode::id(row.try_get::<String, _>(3)?)?,
+        worker_id: row.try_get(4)?,
+        status: decode::attempt_status(row.try_get::<String, _>(5)?)?,
+        error: json(row, 6)?,
+        started_at: required(time(row, 7)?, "started_at")?,
+        heartbeat_at: required(time(row, 8)?, "heartbeat_at")?,
+        finished_at: time(row, 9)?,
+    })
+}
+
+#[async_trait]
+impl Dialect for Sqlite {
+    type Db = sqlx::Sqlite;
+    const NAME: &'static str = "sqlite";
+    const SCHEMA: schema::Dialect = schema::Dialect::Sqlite;
+    const FOR_UPDATE: &'static str = "";
+    const SKIP_LOCKED: &'static str = "";
+
+    fn render(sql: &str) -> String {
+        sql.to_string()
+    }
+
+    fn connect_lazy(dsn: &Dsn, max_connections: u32) -> Result<sqlx::Pool<sqlx::Sqlite>, String> {
+        let url = dsn.as_url();
+        let memory = url.contains(":memory:") || url.contains("mode=memory");
+        let options = SqliteConnectOptions::from_str(url)
+            .map_err(|e| e.to_string())?
+            .create_if_missing(true)
+            .busy_timeout(Duration::from_secs(10))
+            .foreign_keys(false);
+        let options = if memory {
+            options
+        } else {
+            options.journal_mode(SqliteJournalMode::Wal)
+        };
+        let mut pool =
+            SqlitePoolOptions::new().max_connections(if memory { 1 } else { max_connections });
+        if memory {
+            // Every connection to :memory: is its own database: keep the one connection forever.
+            pool = pool
+                .idle_timeout(None)
+                .max_lifetime(None)
+                .min_connections(1);
+        }
+        Ok(pool.connect_lazy_with(options))
+    }
+
+    async fn begin(
+        pool: &sqlx::Pool<sqlx::Sqlite>,
+    ) -> Result<Transaction<'static, sqlx::Sqlite>, sqlx::Error> {
+        pool.begin_with("BEGIN IMMEDIATE").await
+    }
+
+    async fn execute(
+        tx: &mut Transaction<'static, sqlx::Sqlite>,
+        sql: &str,
+        params: Vec<Param>,
+    ) -> Result<u64, sqlx::Error> {
+        Ok(query(sql, params).execute(&mut **tx).await?.rows_affected())
+    }
+
+    async fn fetch_executions(
+        tx: &mut Transaction<'static, sqlx::Sqlite>,
+        sql: &str,
+        params: Vec<Param>,
+    ) -> Result<Vec<ExecutionRow>, sqlx::Error> {
+        query(sql, params)
+            .fetch_all(&mut **tx)
+            .await?
+            .iter()
+            .map(execution)
+            .collect()
+    }
+
+    async fn fetch_candidates(
+        tx: &mut Transaction<'static, sqlx::Sqlite>,
+        sql: &str,
+        params: Vec<Param>,
+    ) -> Result<Vec<Candidate>, sqlx::Error> {
+        query(sql, params)
+            .fetch_all(&mut **tx)
+            .await?
+            .iter()
+            .map(|r| {
+                Ok((
+                    decode::id(r.try_get::<String, _>(0)?)?,
+                    r.try_get::<i64, _>(1)?,
+                    r.try_get::<Option<String>, _>(2)?
+                        .map(decode::id)
+                        .transpose()?,
+                ))
+            })
+            .collect()
+    }
+
+    async fn fetch_attempts(
+        tx: &mut Transaction<'static, sqlx::Sqlite>,
+        sql: &str,
+        params: Vec<Param>,
+    ) -> Result<Vec<AttemptRow>, sqlx::Error> {
+        query(sql, params)
+            .fetch_all(&mut **tx)
+            .await?
+            .iter()
+            .map(attempt)
+            .collect()
+    }
+
+    async fn database_now(
+        _tx: &mut Transaction<'static, sqlx::Sqlite>,
+    ) -> Result<Option<OffsetDateTime>, sqlx::Error> {
+        Ok(None)
+    }
+
+    async fn check_server(_pool: &sqlx::Pool<sqlx::Sqlite>) -> ExecutionResult<()> {
+        Ok(())
+    }
+
+    async fn ensure_tables(
+        pool: &sqlx::Pool<sqlx::Sqlite>,
+        tables: &TableNames,
+        auto_create: bool,
+    ) -> ExecutionResult<()> {
+        let open = |e: sqlx::Error| {
+            ExecutionError::Connector(Self::connector_error(ConnectorOperation::Open, e))
+        };
+        if !auto_create {
+            let mut missing = Vec::new();
+            for table in [&tables.executions, &tables.attempts] {
+                let found: i64 = sqlx::query_scalar(
+                    "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = ?",
+                )
+                .bind(table)
+                .fetch_one(pool)
+                .await
+                .map_err(open)?;
+                if found == 0 {
+                    missing.push(table.as_str());
+                }
+            }
+            return if missing.is_empty() {
+                Ok(())
+            } else {
+                Err(setup_error::<Self>(format!(
+                    "missing execution tables: {}",
+                    missing.join(", ")
+                )))
+            };
+        }
+        let ddl = schema::render_ddl(Self::SCHEMA, tables).map_err(crate::machine::schema_error)?;
+        let mut tx = pool.begin_with("BEGIN IMMEDIATE").await.map_err(open)?;
+        for statement in ddl {
+            sqlx::query(&statement)
+                .execute(&mut *tx)
+                .await
+                .map_err(open)?;
+        }
+        tx.commit().await.map_err(open)
+    }
+
+    fn classify(err: &sqlx::Error) -> ConnectorErrorKind {
+        if let Some(kind) = classify_common(err) {
+            return kind;
+        }
+        let Some(db) = err.as_database_error() else {
+            return ConnectorErrorKind::Uncertain;
+        };
+        let code = db.code().map(|c| c.to_string()).unwrap_or_default();
+        let primary = code.parse::<i64>().map(|c| c & 0xff).unwrap_or(-1);
+        match primary {
+            5 | 6 => ConnectorErrorKind::Transient,
+            13 => ConnectorErrorKind::Throttled,
+            14 | 23 | 8 => ConnectorErrorKind::Misconfigured,
+            _ => ConnectorErrorKind::Permanent,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use time::macros::datetime;
+
+    #[test]
+    fn instants_are_stored_as_fixed_width_utc_text_in_time_order() {
+        let a = format_instant(datetime!(2026-01-02 03:04:05.000006 +08:00));
+        assert_eq!(a, "2026-01-01 19:04:05.000006");
+        assert_eq!(
+            parse_instant(&a).unwrap(),
+            datetime!(2026-01-01 19:04:05.000006 UTC)
+        );
+        assert!(
+            format_instant(datetime!(2026-01-01 00:00:00 UTC))
+                < format_instant(datetime!(2026-01-01 00:00:00.5 UTC))
+        );
+        assert_eq!(
+            parse_instant("2026-01-01 00:00:00").unwrap(),
+            datetime!(2026-01-01 00:00 UTC)
+        );
+        assert!(parse_instant("yesterday").is_err());
+    }
+}

@@ -1,0 +1,101 @@
+//! Backend factories for the conformance suite on real servers.
+//!
+//! Servers come from `ONESTEP_POSTGRES_URL` / `ONESTEP_MYSQL_URL` (what `cargo xtask test` sets:
+//! a fresh database per run), else the local default servers. A server that does not answer
+//! fails the test with a message saying how to start one.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use onestep_core::execution::ExecutionBackend;
+use onestep_sql::{BackendOptions, Dialect, SqlExecutionBackend};
+use onestep_testkit::{BackendFactory, Setup};
+
+/// The PostgreSQL URL tests use.
+pub fn postgres_url() -> String {
+    std::env::var("ONESTEP_POSTGRES_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
+}
+
+/// The MySQL/MariaDB URL tests use.
+pub fn mysql_url() -> String {
+    std::env::var("ONESTEP_MYSQL_URL").unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/test".into())
+}
+
+/// A directory for SQLite test databases.
+pub fn sqlite_dir() -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("onestep-sqlite-tests-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Builds backends of dialect `D` whose tables are named after the case's store.
+pub struct SqlFactory<D: Dialect> {
+    dsn: Box<dyn Fn(&str) -> String + Send + Sync>,
+    cache: Mutex<HashMap<String, SqlExecutionBackend<D>>>,
+}
+
+impl<D: Dialect> SqlFactory<D> {
+    /// A factory for the DSN `dsn(store)`.
+    pub fn new(dsn: impl Fn(&str) -> String + Send + Sync + 'static) -> Self {
+        Self {
+            dsn: Box::new(dsn),
+            cache: Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+/// PostgreSQL backends over per-case tables.
+pub fn postgres() -> SqlFactory<onestep_sql::postgres::Postgres> {
+    SqlFactory::new(|_| postgres_url())
+}
+
+/// MySQL/MariaDB backends over per-case tables.
+pub fn mysql() -> SqlFactory<onestep_sql::mysql::MySql> {
+    SqlFactory::new(|_| mysql_url())
+}
+
+/// SQLite backends, one database file per case.
+pub fn sqlite() -> SqlFactory<onestep_sql::sqlite::Sqlite> {
+    SqlFactory::new(|store| format!("sqlite://{}/{store}.db", sqlite_dir().display()))
+}
+
+/// Backend options for a case's store.
+pub fn options(setup: &Setup) -> BackendOptions {
+    BackendOptions {
+        table: format!("{}_executions", setup.store),
+        attempts_table: format!("{}_attempts", setup.store),
+        auto_create: true,
+        limits: setup.limits,
+        reclaim_batch_size: setup.reclaim_batch_size,
+        clock: Some(Arc::new(setup.clock.clone())),
+    }
+}
+
+#[async_trait]
+impl<D: Dialect> BackendFactory for SqlFactory<D> {
+    type Backend = SqlExecutionBackend<D>;
+
+    async fn create(&self, setup: &Setup) -> SqlExecutionBackend<D> {
+        if let Some(b) = self.cache.lock().unwrap().get(&setup.store) {
+            return b.clone();
+        }
+        let dsn = (self.dsn)(&setup.store);
+        let backend =
+            SqlExecutionBackend::<D>::new(&dsn, options(setup)).expect("valid backend options");
+        if let Err(err) = backend.open().await {
+            panic!(
+                "the {} server for the conformance suite is not reachable ({err}). Start one, set \
+                 ONESTEP_POSTGRES_URL / ONESTEP_MYSQL_URL, or run `cargo xtask test`, which starts throwaway servers.",
+                D::NAME
+            );
+        }
+        self.cache
+            .lock()
+            .unwrap()
+            .insert(setup.store.clone(), backend.clone());
+        backend
+    }
+}

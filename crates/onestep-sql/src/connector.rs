@@ -5,12 +5,12 @@ use std::sync::{Arc, Mutex};
 use onestep_core::execution::{ExecutionError, ExecutionResult};
 use onestep_core::{ConnectorErrorKind, ConnectorOperation, ConnectorOperationError};
 
-use crate::dialect::Dialect;
+use crate::dialect::{Dialect, PoolSettings};
 use crate::dsn::Dsn;
 
 struct Inner<D: Dialect> {
     dsn: Dsn,
-    max_connections: u32,
+    settings: PoolSettings,
     pool: Mutex<Option<sqlx::Pool<D::Db>>>,
 }
 
@@ -34,14 +34,15 @@ impl<D: Dialect> std::fmt::Debug for SqlConnector<D> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SqlConnector")
             .field("dsn", &self.inner.dsn)
-            .field("max_connections", &self.inner.max_connections)
+            .field("settings", &self.inner.settings)
             .finish()
     }
 }
 
 impl<D: Dialect> SqlConnector<D> {
-    /// A connector for `dsn` with at most 10 connections. The DSN may use the reference's
-    /// SQLAlchemy spelling (`postgresql+psycopg://…`); its scheme must match the dialect.
+    /// A connector for `dsn` with the default [`PoolSettings`] (10 connections, 5 s acquire
+    /// timeout). The DSN may use the reference's SQLAlchemy spelling (`postgresql+psycopg://…`);
+    /// its scheme must match the dialect.
     pub fn new(dsn: &str) -> ExecutionResult<Self> {
         let dsn = Dsn::parse(dsn).map_err(|m| {
             ExecutionError::invalid("dsn", m.trim_start_matches("dsn ").to_string())
@@ -57,30 +58,34 @@ impl<D: Dialect> SqlConnector<D> {
                 ),
             ));
         }
-        Ok(Self {
-            inner: Arc::new(Inner {
-                dsn,
-                max_connections: 10,
-                pool: Mutex::new(None),
-            }),
-        })
+        Ok(Self::build(dsn, PoolSettings::default()))
     }
 
-    /// Sets the pool size (>= 1).
-    pub fn with_max_connections(self, max_connections: u32) -> ExecutionResult<Self> {
-        if max_connections < 1 {
+    fn build(dsn: Dsn, settings: PoolSettings) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                dsn,
+                settings,
+                pool: Mutex::new(None),
+            }),
+        }
+    }
+
+    /// Replaces the pool settings (`max_connections >= 1`, `acquire_timeout > 0`).
+    pub fn with_settings(self, settings: PoolSettings) -> ExecutionResult<Self> {
+        if settings.max_connections < 1 {
             return Err(ExecutionError::invalid(
                 "max_connections",
                 "must be >= 1, got 0",
             ));
         }
-        Ok(Self {
-            inner: Arc::new(Inner {
-                dsn: self.inner.dsn.clone(),
-                max_connections,
-                pool: Mutex::new(None),
-            }),
-        })
+        if settings.acquire_timeout.is_zero() {
+            return Err(ExecutionError::invalid(
+                "acquire_timeout_s",
+                "must be > 0, got 0",
+            ));
+        }
+        Ok(Self::build(self.inner.dsn.clone(), settings))
     }
 
     /// The DSN (prints redacted).
@@ -94,18 +99,17 @@ impl<D: Dialect> SqlConnector<D> {
         if let Some(pool) = slot.as_ref().filter(|p| !p.is_closed()) {
             return Ok(pool.clone());
         }
-        let pool =
-            D::connect_lazy(&self.inner.dsn, self.inner.max_connections).map_err(|message| {
-                ExecutionError::Connector(
-                    ConnectorOperationError::new(
-                        D::NAME,
-                        ConnectorOperation::Open,
-                        ConnectorErrorKind::Misconfigured,
-                        self.inner.dsn.redacted(),
-                    )
-                    .with_cause(std::io::Error::other(message)),
+        let pool = D::connect_lazy(&self.inner.dsn, &self.inner.settings).map_err(|message| {
+            ExecutionError::Connector(
+                ConnectorOperationError::new(
+                    D::NAME,
+                    ConnectorOperation::Open,
+                    ConnectorErrorKind::Misconfigured,
+                    self.inner.dsn.redacted(),
                 )
-            })?;
+                .with_cause(std::io::Error::other(message)),
+            )
+        })?;
         *slot = Some(pool.clone());
         Ok(pool)
     }

@@ -10,6 +10,25 @@ use uuid::Uuid;
 use crate::param::Param;
 use crate::schema::{self, TableNames};
 
+/// Pool sizing and timeouts of a connector.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolSettings {
+    /// The most connections the pool opens (default 10).
+    pub max_connections: u32,
+    /// How long an operation waits for a connection before failing as transient (default 5 s);
+    /// a worker then backs off and retries, so a database outage is noticed quickly.
+    pub acquire_timeout: std::time::Duration,
+}
+
+impl Default for PoolSettings {
+    fn default() -> Self {
+        Self {
+            max_connections: 10,
+            acquire_timeout: std::time::Duration::from_secs(5),
+        }
+    }
+}
+
 /// A row of maintenance candidates: id, version and lease token.
 pub type Candidate = (Uuid, i64, Option<Uuid>);
 
@@ -45,7 +64,7 @@ pub trait Dialect: Send + Sync + Sized + 'static {
     /// Builds a pool without connecting (connections open on first use).
     fn connect_lazy(
         dsn: &crate::dsn::Dsn,
-        max_connections: u32,
+        settings: &PoolSettings,
     ) -> Result<sqlx::Pool<Self::Db>, String>;
 
     /// Starts a transaction that may write.

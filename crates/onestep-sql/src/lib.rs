@@ -44,7 +44,7 @@ pub mod postgres;
 pub mod sqlite;
 
 pub use connector::SqlConnector;
-pub use dialect::Dialect;
+pub use dialect::{Dialect, PoolSettings};
 pub use machine::{BackendOptions, SqlExecutionBackend};
 
 use onestep_core::execution::ExecutionError;

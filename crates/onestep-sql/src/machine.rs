@@ -179,6 +179,42 @@ pub(crate) fn schema_error(err: SchemaError) -> ExecutionError {
     }
 }
 
+/// How many times a transaction that failed transiently (deadlock, lock wait timeout,
+/// serialization failure) is run again before the error is reported.
+const TRANSIENT_RETRIES: u32 = 3;
+
+/// Runs `attempt` again after transient failures; the failed transaction rolled back, so nothing
+/// was written.
+async fn retry_transient<T, F, Fut>(mut attempt: F) -> ExecutionResult<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = ExecutionResult<T>>,
+{
+    let mut tries = 0;
+    loop {
+        match attempt().await {
+            Err(ExecutionError::Connector(c))
+                if c.kind == onestep_core::ConnectorErrorKind::Transient
+                    && tries < TRANSIENT_RETRIES =>
+            {
+                tries += 1;
+                tracing::debug!(error = %c, tries, "transient database error; running the transaction again");
+                tokio::time::sleep(
+                    Duration::from_millis(10 * u64::from(tries))
+                        + Duration::from_micros(fastrand_micros()),
+                )
+                .await;
+            }
+            other => return other,
+        }
+    }
+}
+
+/// A little jitter so retried transactions do not collide again in lock step.
+fn fastrand_micros() -> u64 {
+    u64::from(Uuid::new_v4().as_bytes()[0]) * 20
+}
+
 fn later(now: OffsetDateTime, d: Duration) -> OffsetDateTime {
     now.checked_add(time::Duration::try_from(d).unwrap_or(time::Duration::MAX))
         .unwrap_or(now)
@@ -474,7 +510,9 @@ impl<D: Dialect> SqlExecutionBackend<D> {
         Ok(())
     }
 
-    fn claim_sql(&self, task_count: usize) -> String {
+    /// The claim statement for `task_count` task names, with the dialect's placeholders; for
+    /// checking its plan with `EXPLAIN` (it must walk the claim index without a filesort).
+    pub fn claim_sql(&self, task_count: usize) -> String {
         if task_count == 1 {
             return self.inner.statements.claim_one_task.clone();
         }
@@ -536,7 +574,7 @@ impl<D: Dialect> ExecutionBackend for SqlExecutionBackend<D> {
     }
 
     async fn submit(&self, request: ExecutionRequest) -> ExecutionResult<Execution> {
-        self.submit_one(request).await
+        retry_transient(|| self.submit_one(request.clone())).await
     }
 
     async fn get(&self, namespace: &str, id: Uuid) -> ExecutionResult<Option<Execution>> {
@@ -670,6 +708,66 @@ impl<D: Dialect> LeasedExecutionBackend for SqlExecutionBackend<D> {
         worker_id: &str,
     ) -> ExecutionResult<Vec<ExecutionLease>> {
         validate_claim(task_names, limit, lease_duration, worker_id)?;
+        retry_transient(|| self.claim_once(namespace, task_names, limit, lease_duration, worker_id))
+            .await
+    }
+
+    async fn heartbeat(
+        &self,
+        execution_id: Uuid,
+        attempt_id: Uuid,
+        lease_token: Uuid,
+        lease_duration: Duration,
+    ) -> ExecutionResult<HeartbeatResult> {
+        self.heartbeat_once(execution_id, attempt_id, lease_token, lease_duration)
+            .await
+    }
+
+    async fn complete(
+        &self,
+        execution_id: Uuid,
+        attempt_id: Uuid,
+        lease_token: Uuid,
+        completion: ExecutionCompletion,
+    ) -> ExecutionResult<Execution> {
+        retry_transient(|| {
+            self.complete_once(execution_id, attempt_id, lease_token, completion.clone())
+        })
+        .await
+    }
+
+    async fn release(
+        &self,
+        execution_id: Uuid,
+        attempt_id: Uuid,
+        lease_token: Uuid,
+    ) -> ExecutionResult<Execution> {
+        retry_transient(|| self.release_once(execution_id, attempt_id, lease_token)).await
+    }
+
+    async fn lease_remaining(&self, lease_expires_at: OffsetDateTime) -> ExecutionResult<Duration> {
+        let op = ConnectorOperation::Heartbeat;
+        let mut tx = self.begin(op).await?;
+        let now = self.now(&mut tx, op).await?;
+        Self::commit(tx, op).await?;
+        Ok(Duration::try_from(lease_expires_at - now).unwrap_or(Duration::ZERO))
+    }
+
+    fn validate_result(&self, result: &Value) -> ExecutionResult<()> {
+        encode_result(result, &self.inner.options.limits).map(|_| ())
+    }
+}
+
+/// The lease operations, each one transaction.
+impl<D: Dialect> SqlExecutionBackend<D> {
+    async fn claim_once(
+        &self,
+        namespace: &str,
+        task_names: &[String],
+        limit: usize,
+        lease_duration: Duration,
+        worker_id: &str,
+    ) -> ExecutionResult<Vec<ExecutionLease>> {
         let op = ConnectorOperation::Fetch;
         let worker_id = worker_id.trim().to_string();
         let mut tx = self.begin(op).await?;
@@ -743,7 +841,7 @@ impl<D: Dialect> LeasedExecutionBackend for SqlExecutionBackend<D> {
         Ok(leases)
     }
 
-    async fn heartbeat(
+    async fn heartbeat_once(
         &self,
         execution_id: Uuid,
         attempt_id: Uuid,
@@ -805,7 +903,7 @@ impl<D: Dialect> LeasedExecutionBackend for SqlExecutionBackend<D> {
         })
     }
 
-    async fn complete(
+    async fn complete_once(
         &self,
         execution_id: Uuid,
         attempt_id: Uuid,
@@ -915,7 +1013,7 @@ impl<D: Dialect> LeasedExecutionBackend for SqlExecutionBackend<D> {
         row.to_execution()
     }
 
-    async fn release(
+    async fn release_once(
         &self,
         execution_id: Uuid,
         attempt_id: Uuid,
@@ -975,17 +1073,5 @@ impl<D: Dialect> LeasedExecutionBackend for SqlExecutionBackend<D> {
         row.updated_at = now;
         row.version += 1;
         row.to_execution()
-    }
-
-    async fn lease_remaining(&self, lease_expires_at: OffsetDateTime) -> ExecutionResult<Duration> {
-        let op = ConnectorOperation::Heartbeat;
-        let mut tx = self.begin(op).await?;
-        let now = self.now(&mut tx, op).await?;
-        Self::commit(tx, op).await?;
-        Ok(Duration::try_from(lease_expires_at - now).unwrap_or(Duration::ZERO))
-    }
-
-    fn validate_result(&self, result: &Value) -> ExecutionResult<()> {
-        encode_result(result, &self.inner.options.limits).map(|_| ())
     }
 }

@@ -15,7 +15,7 @@ use sqlx::query::Query;
 use sqlx::{Executor, Row, Transaction};
 use time::{OffsetDateTime, PrimitiveDateTime, UtcOffset};
 
-use crate::dialect::{Candidate, Dialect, classify_common};
+use crate::dialect::{Candidate, Dialect, PoolSettings, classify_common};
 use crate::dsn::Dsn;
 use crate::machine::{BackendOptions, SqlExecutionBackend};
 use crate::param::Param;
@@ -202,14 +202,15 @@ impl Dialect for MySql {
         sql.to_string()
     }
 
-    fn connect_lazy(dsn: &Dsn, max_connections: u32) -> Result<sqlx::Pool<sqlx::MySql>, String> {
+    fn connect_lazy(dsn: &Dsn, settings: &PoolSettings) -> Result<sqlx::Pool<sqlx::MySql>, String> {
         let options: MySqlConnectOptions = dsn
             .as_url()
             .parse()
             .map_err(|e: sqlx::Error| e.to_string())?;
         let options = options.timezone(Some("+00:00".to_string()));
         Ok(MySqlPoolOptions::new()
-            .max_connections(max_connections)
+            .max_connections(settings.max_connections)
+            .acquire_timeout(settings.acquire_timeout)
             .after_connect(|conn, _meta| {
                 Box::pin(async move {
                     conn.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")

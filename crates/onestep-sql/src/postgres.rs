@@ -14,7 +14,7 @@ use sqlx::{Row, Transaction};
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-use crate::dialect::{Candidate, Dialect, classify_common};
+use crate::dialect::{Candidate, Dialect, PoolSettings, classify_common};
 use crate::dsn::Dsn;
 use crate::machine::{BackendOptions, SqlExecutionBackend};
 use crate::param::{Param, numbered_placeholders};
@@ -119,9 +119,13 @@ impl Dialect for Postgres {
         numbered_placeholders(sql)
     }
 
-    fn connect_lazy(dsn: &Dsn, max_connections: u32) -> Result<sqlx::Pool<sqlx::Postgres>, String> {
+    fn connect_lazy(
+        dsn: &Dsn,
+        settings: &PoolSettings,
+    ) -> Result<sqlx::Pool<sqlx::Postgres>, String> {
         PgPoolOptions::new()
-            .max_connections(max_connections)
+            .max_connections(settings.max_connections)
+            .acquire_timeout(settings.acquire_timeout)
             .connect_lazy(dsn.as_url())
             .map_err(|e| e.to_string())
     }

@@ -22,7 +22,7 @@ use time::format_description::FormatItem;
 use time::macros::format_description;
 use time::{OffsetDateTime, PrimitiveDateTime, UtcOffset};
 
-use crate::dialect::{Candidate, Dialect, classify_common};
+use crate::dialect::{Candidate, Dialect, PoolSettings, classify_common};
 use crate::dsn::Dsn;
 use crate::machine::{BackendOptions, SqlExecutionBackend};
 use crate::param::Param;
@@ -187,7 +187,10 @@ impl Dialect for Sqlite {
         sql.to_string()
     }
 
-    fn connect_lazy(dsn: &Dsn, max_connections: u32) -> Result<sqlx::Pool<sqlx::Sqlite>, String> {
+    fn connect_lazy(
+        dsn: &Dsn,
+        settings: &PoolSettings,
+    ) -> Result<sqlx::Pool<sqlx::Sqlite>, String> {
         let url = dsn.as_url();
         let memory = url.contains(":memory:") || url.contains("mode=memory");
         let options = SqliteConnectOptions::from_str(url)
@@ -200,8 +203,9 @@ impl Dialect for Sqlite {
         } else {
             options.journal_mode(SqliteJournalMode::Wal)
         };
-        let mut pool =
-            SqlitePoolOptions::new().max_connections(if memory { 1 } else { max_connections });
+        let mut pool = SqlitePoolOptions::new()
+            .max_connections(if memory { 1 } else { settings.max_connections })
+            .acquire_timeout(settings.acquire_timeout);
         if memory {
             // Every connection to :memory: is its own database: keep the one connection forever.
             pool = pool

@@ -13,6 +13,8 @@ use onestep_core::execution::ExecutionBackend;
 use onestep_sql::{BackendOptions, Dialect, SqlExecutionBackend};
 use onestep_testkit::{BackendFactory, Setup};
 
+pub mod live;
+
 /// The PostgreSQL URL tests use.
 pub fn postgres_url() -> String {
     std::env::var("ONESTEP_POSTGRES_URL")

@@ -1,0 +1,203 @@
+//! Live tests on MySQL/MariaDB (spec §6.9): concurrency, sessions, precision, claim plans.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use onestep_core::clock::ManualClock;
+use onestep_core::execution::{
+    ExecutionBackend, ExecutionRequest, LeasedExecutionBackend, SubmitOptions,
+};
+use onestep_sql::BackendOptions;
+use onestep_sql::mysql::{MySql, MySqlExecutionBackend};
+use sqlx::Row;
+use support::live;
+use time::macros::datetime;
+
+macro_rules! live_cases {
+    ($($case:ident),* $(,)?) => {$(
+        #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+        async fn $case() {
+            live::$case::<MySql>(&support::mysql_url()).await;
+        }
+    )*};
+}
+
+live_cases!(
+    concurrent_auto_create_is_serialized,
+    two_attempts_tables_can_share_one_executions_table,
+    concurrent_submits_with_one_key_create_one_execution,
+    concurrent_claimers_never_claim_a_row_twice,
+    heartbeat_prevents_takeover,
+    expired_lease_takeover_fences_the_old_worker,
+    cancel_and_complete_race_has_one_terminal_winner,
+    missing_tables_are_reported_by_name,
+);
+
+#[tokio::test]
+async fn dsn_passwords_never_appear_in_errors() {
+    live::dsn_passwords_never_appear_in_errors::<MySql>("mysql").await;
+}
+
+fn request(task: &str, options: SubmitOptions) -> ExecutionRequest {
+    ExecutionRequest::new("live", task, serde_json::json!(1), options).unwrap()
+}
+
+/// Sessions are pinned to UTC and READ COMMITTED.
+#[tokio::test]
+async fn sessions_are_utc_and_read_committed() {
+    let b = MySqlExecutionBackend::new(&support::mysql_url(), live::fresh_options()).unwrap();
+    b.open().await.unwrap();
+    let pool = b.connector().pool().unwrap();
+    let mut conn = pool.acquire().await.unwrap();
+    let zone: String = sqlx::query_scalar("SELECT @@session.time_zone")
+        .fetch_one(&mut *conn)
+        .await
+        .unwrap();
+    assert_eq!(zone, "+00:00");
+    // MySQL 8 and MariaDB 11.1+ call it transaction_isolation; older MariaDB, tx_isolation.
+    let isolation: String = match sqlx::query_scalar("SELECT @@session.transaction_isolation")
+        .fetch_one(&mut *conn)
+        .await
+    {
+        Ok(level) => level,
+        Err(_) => sqlx::query_scalar("SELECT @@session.tx_isolation")
+            .fetch_one(&mut *conn)
+            .await
+            .unwrap(),
+    };
+    assert_eq!(isolation, "READ-COMMITTED");
+}
+
+/// DATETIME(6) keeps microseconds: a row available at .700000 is claimable one microsecond later.
+#[tokio::test]
+async fn datetime_columns_keep_microseconds() {
+    let clock = ManualClock::new(datetime!(2026-03-01 10:00:00.7 UTC));
+    let options = BackendOptions {
+        clock: Some(Arc::new(clock.clone())),
+        ..live::fresh_options()
+    };
+    let b = MySqlExecutionBackend::new(&support::mysql_url(), options).unwrap();
+    let e = b
+        .submit(request("precise", SubmitOptions::default()))
+        .await
+        .unwrap();
+    assert_eq!(
+        b.get("live", e.id).await.unwrap().unwrap().created_at,
+        datetime!(2026-03-01 10:00:00.7 UTC)
+    );
+    clock.advance(Duration::from_micros(1));
+    assert_eq!(
+        b.claim("live", &["precise".into()], 1, Duration::from_secs(5), "w")
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+}
+
+/// An `expires_at` with an offset is stored as the same instant in UTC.
+#[tokio::test]
+async fn offset_expiry_is_stored_in_utc() {
+    let b = MySqlExecutionBackend::new(&support::mysql_url(), live::fresh_options()).unwrap();
+    let e = b
+        .submit(request(
+            "tz",
+            SubmitOptions::default().expires_at(datetime!(2030-01-01 08:00 +08:00)),
+        ))
+        .await
+        .unwrap();
+    let pool = b.connector().pool().unwrap();
+    let sql = format!(
+        "SELECT CAST(expires_at AS CHAR) FROM `{}` WHERE id = ?",
+        b.tables().executions
+    );
+    let stored: String = sqlx::query_scalar(&sql)
+        .bind(e.id.simple().to_string())
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(stored, "2030-01-01 00:00:00.000000");
+    assert_eq!(e.expires_at, Some(datetime!(2030-01-01 00:00 UTC)));
+}
+
+/// A claim holding an empty index range open does not block a concurrent submit (no gap locks
+/// under READ COMMITTED).
+#[tokio::test]
+async fn an_open_empty_claim_does_not_block_submits() {
+    let b = MySqlExecutionBackend::new(&support::mysql_url(), live::fresh_options()).unwrap();
+    b.open().await.unwrap();
+    let pool = b.connector().pool().unwrap();
+    let mut tx = pool.begin().await.unwrap();
+    let claim_sql = b.claim_sql(1);
+    let mut q = sqlx::query(&claim_sql);
+    let now = time::OffsetDateTime::now_utc();
+    let now = time::PrimitiveDateTime::new(now.date(), now.time());
+    q = q.bind("live").bind("gap").bind(now).bind(now).bind(10_i64);
+    assert!(q.fetch_all(&mut *tx).await.unwrap().is_empty());
+    let started = std::time::Instant::now();
+    tokio::time::timeout(
+        Duration::from_secs(3),
+        b.submit(request("gap", SubmitOptions::default())),
+    )
+    .await
+    .expect("the submit is not blocked by the open claim")
+    .unwrap();
+    assert!(started.elapsed() < Duration::from_secs(1));
+    tx.rollback().await.unwrap();
+}
+
+/// The claim walks the claim index in order: no filesort, which would make SKIP LOCKED lock
+/// every scanned row and starve other workers.
+#[tokio::test]
+async fn claim_plan_uses_the_index_without_filesort() {
+    let b = MySqlExecutionBackend::new(&support::mysql_url(), live::fresh_options()).unwrap();
+    let requests = (0..200)
+        .map(|n| {
+            ExecutionRequest::new(
+                "live",
+                if n % 2 == 0 { "a" } else { "b" },
+                serde_json::json!(n),
+                SubmitOptions::default(),
+            )
+            .unwrap()
+        })
+        .collect();
+    b.submit_many(requests).await.unwrap();
+    let pool = b.connector().pool().unwrap();
+    sqlx::query(&format!("ANALYZE TABLE `{}`", b.tables().executions))
+        .execute(&pool)
+        .await
+        .unwrap();
+    let now = time::OffsetDateTime::now_utc();
+    let now = time::PrimitiveDateTime::new(now.date(), now.time());
+    let explain = format!("EXPLAIN {}", b.claim_sql(1));
+    let rows = sqlx::query(&explain)
+        .bind("live")
+        .bind("a")
+        .bind(now)
+        .bind(now)
+        .bind(10_i64)
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+    let extra: Vec<String> = rows
+        .iter()
+        .map(|r| {
+            r.try_get::<Option<String>, _>("Extra")
+                .unwrap()
+                .unwrap_or_default()
+        })
+        .collect();
+    assert!(
+        extra.iter().all(|e| !e.contains("filesort")),
+        "claim plan uses a filesort: {extra:?}"
+    );
+    let key: Option<String> = rows[0].try_get("key").unwrap();
+    assert!(
+        key.unwrap_or_default().starts_with("ix_"),
+        "claim plan uses the claim index"
+    );
+}

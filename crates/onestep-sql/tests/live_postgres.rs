@@ -1,0 +1,67 @@
+//! Live tests on PostgreSQL (spec §6.8): concurrency, leases on database time, DDL locking.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::time::Duration;
+
+use onestep_core::execution::{
+    ExecutionBackend, ExecutionRequest, LeasedExecutionBackend, SubmitOptions,
+};
+use onestep_sql::postgres::{Postgres, PostgresExecutionBackend};
+use support::live;
+
+macro_rules! live_cases {
+    ($($case:ident),* $(,)?) => {$(
+        #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+        async fn $case() {
+            live::$case::<Postgres>(&support::postgres_url()).await;
+        }
+    )*};
+}
+
+live_cases!(
+    concurrent_auto_create_is_serialized,
+    two_attempts_tables_can_share_one_executions_table,
+    concurrent_submits_with_one_key_create_one_execution,
+    concurrent_claimers_never_claim_a_row_twice,
+    heartbeat_prevents_takeover,
+    expired_lease_takeover_fences_the_old_worker,
+    cancel_and_complete_race_has_one_terminal_winner,
+    missing_tables_are_reported_by_name,
+);
+
+#[tokio::test]
+async fn dsn_passwords_never_appear_in_errors() {
+    live::dsn_passwords_never_appear_in_errors::<Postgres>("postgres").await;
+}
+
+/// Leases end at database time + lease duration, whatever the worker's clock says.
+#[tokio::test]
+async fn lease_deadlines_use_database_time() {
+    let url = support::postgres_url();
+    let b = PostgresExecutionBackend::new(&url, live::fresh_options()).unwrap();
+    let r = ExecutionRequest::new(
+        "live",
+        "clock",
+        serde_json::json!(1),
+        SubmitOptions::default(),
+    )
+    .unwrap();
+    b.submit(r).await.unwrap();
+    let pool = b.connector().pool().unwrap();
+    let lease = b
+        .claim("live", &["clock".into()], 1, Duration::from_secs(30), "w")
+        .await
+        .unwrap()
+        .remove(0);
+    let db_now: time::OffsetDateTime = sqlx::query_scalar("SELECT CURRENT_TIMESTAMP")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    let ahead = lease.lease_expires_at - db_now;
+    assert!(
+        ahead > time::Duration::seconds(28) && ahead <= time::Duration::seconds(30),
+        "lease ends {ahead} after database now"
+    );
+}

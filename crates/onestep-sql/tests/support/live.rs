@@ -1,0 +1,314 @@
+//! Live tests shared by PostgreSQL and MySQL: what only a real server with concurrent sessions
+//! shows. Time is the real clock (database time on PostgreSQL).
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use onestep_core::execution::{
+    ExecutionBackend, ExecutionCompletion, ExecutionRequest, ExecutionStatus,
+    LeasedExecutionBackend, SubmitOptions,
+};
+use onestep_sql::{BackendOptions, Dialect, SqlExecutionBackend};
+use serde_json::json;
+use tokio::task::JoinSet;
+
+/// Options with fresh random table names and the dialect's own clock.
+pub fn fresh_options() -> BackendOptions {
+    let store: String = format!("live{}", uuid::Uuid::new_v4().simple())
+        .chars()
+        .take(20)
+        .collect();
+    BackendOptions {
+        table: format!("{store}_executions"),
+        attempts_table: format!("{store}_attempts"),
+        ..BackendOptions::default()
+    }
+}
+
+fn request(task: &str, n: usize) -> ExecutionRequest {
+    ExecutionRequest::new("live", task, json!({"n": n}), SubmitOptions::default()).unwrap()
+}
+
+async fn claim<D: Dialect>(
+    b: &SqlExecutionBackend<D>,
+    task: &str,
+    limit: usize,
+    lease: f64,
+    worker: &str,
+) -> Vec<onestep_core::execution::ExecutionLease> {
+    b.claim(
+        "live",
+        &[task.to_string()],
+        limit,
+        Duration::from_secs_f64(lease),
+        worker,
+    )
+    .await
+    .unwrap()
+}
+
+/// Six backends opening the same tables at once all succeed (DDL is serialized).
+pub async fn concurrent_auto_create_is_serialized<D: Dialect>(dsn: &str) {
+    let options = fresh_options();
+    let mut set = JoinSet::new();
+    for _ in 0..6 {
+        let b = SqlExecutionBackend::<D>::new(dsn, options.clone()).unwrap();
+        set.spawn(async move { b.open().await });
+    }
+    while let Some(done) = set.join_next().await {
+        done.unwrap()
+            .unwrap_or_else(|e| panic!("concurrent open failed: {e}"));
+    }
+}
+
+/// One executions table can serve two attempts tables.
+pub async fn two_attempts_tables_can_share_one_executions_table<D: Dialect>(dsn: &str) {
+    let a = fresh_options();
+    let mut b_opts = a.clone();
+    b_opts.attempts_table = format!("{}_other", a.attempts_table);
+    let first = SqlExecutionBackend::<D>::new(dsn, a).unwrap();
+    let second = SqlExecutionBackend::<D>::new(dsn, b_opts).unwrap();
+    let e = first.submit(request("t", 1)).await.unwrap();
+    let lease = claim(&second, "t", 1, 30.0, "w").await.remove(0);
+    assert_eq!(lease.execution.id, e.id);
+    let done = second
+        .complete(
+            e.id,
+            lease.attempt_id,
+            lease.lease_token,
+            ExecutionCompletion::Succeeded { result: json!(1) },
+        )
+        .await
+        .unwrap();
+    assert_eq!(done.status, ExecutionStatus::Succeeded);
+    assert_eq!(
+        first.attempts(e.id).await.unwrap().len(),
+        0,
+        "the first attempts table saw nothing"
+    );
+    assert_eq!(second.attempts(e.id).await.unwrap().len(), 1);
+}
+
+/// Eight concurrent submits with one idempotency key create one execution.
+pub async fn concurrent_submits_with_one_key_create_one_execution<D: Dialect>(dsn: &str) {
+    let b = SqlExecutionBackend::<D>::new(dsn, fresh_options()).unwrap();
+    b.open().await.unwrap();
+    let mut set = JoinSet::new();
+    for _ in 0..8 {
+        let b = b.clone();
+        set.spawn(async move {
+            let r = ExecutionRequest::new(
+                "live",
+                "once",
+                json!({"same": true}),
+                SubmitOptions::default().idempotency_key("k"),
+            )
+            .unwrap();
+            b.submit(r).await
+        });
+    }
+    let mut ids = HashSet::new();
+    while let Some(done) = set.join_next().await {
+        ids.insert(done.unwrap().unwrap().id);
+    }
+    assert_eq!(ids.len(), 1, "every submit returned the same execution");
+    let page = b
+        .list(&onestep_core::execution::ExecutionQuery {
+            namespace: "live".into(),
+            task_name: None,
+            status: None,
+            limit: 50,
+            cursor: None,
+        })
+        .await
+        .unwrap();
+    assert_eq!(page.items.len(), 1);
+}
+
+/// Eight workers claiming 300 rows concurrently never claim a row twice and miss none.
+pub async fn concurrent_claimers_never_claim_a_row_twice<D: Dialect>(dsn: &str) {
+    let b = SqlExecutionBackend::<D>::new(dsn, fresh_options()).unwrap();
+    let requests = (0..300).map(|n| request("bulk", n)).collect();
+    for r in b.submit_many(requests).await.unwrap() {
+        r.unwrap();
+    }
+    let mut set = JoinSet::new();
+    for w in 0..8 {
+        let b = b.clone();
+        set.spawn(async move {
+            let mut mine = Vec::new();
+            let mut empty = 0;
+            while empty < 3 {
+                let leases = claim(&b, "bulk", 10, 60.0, &format!("worker-{w}")).await;
+                if leases.is_empty() {
+                    empty += 1;
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                mine.extend(leases.into_iter().map(|l| l.execution.id));
+            }
+            mine
+        });
+    }
+    let mut all = Vec::new();
+    let mut busy_workers = 0;
+    while let Some(done) = set.join_next().await {
+        let mine = done.unwrap();
+        busy_workers += usize::from(!mine.is_empty());
+        all.extend(mine);
+    }
+    let unique: HashSet<_> = all.iter().collect();
+    assert_eq!(all.len(), 300, "every row claimed exactly once");
+    assert_eq!(unique.len(), 300);
+    assert!(
+        busy_workers >= 2,
+        "SKIP LOCKED lets several workers claim at once"
+    );
+}
+
+/// A worker that keeps heartbeating keeps its execution; another worker cannot take it over.
+pub async fn heartbeat_prevents_takeover<D: Dialect>(dsn: &str) {
+    let b = SqlExecutionBackend::<D>::new(dsn, fresh_options()).unwrap();
+    let e = b.submit(request("hb", 1)).await.unwrap();
+    let lease = claim(&b, "hb", 1, 1.0, "owner").await.remove(0);
+    for _ in 0..6 {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        b.heartbeat(
+            e.id,
+            lease.attempt_id,
+            lease.lease_token,
+            Duration::from_secs(1),
+        )
+        .await
+        .unwrap();
+        assert!(claim(&b, "hb", 1, 1.0, "thief").await.is_empty());
+    }
+    let done = b
+        .complete(
+            e.id,
+            lease.attempt_id,
+            lease.lease_token,
+            ExecutionCompletion::Succeeded {
+                result: json!("mine"),
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(done.attempts, 1);
+}
+
+/// An expired lease is taken over by another worker; the old worker's completion is fenced.
+pub async fn expired_lease_takeover_fences_the_old_worker<D: Dialect>(dsn: &str) {
+    let b = SqlExecutionBackend::<D>::new(dsn, fresh_options()).unwrap();
+    let e = b.submit(request("takeover", 1)).await.unwrap();
+    let old = claim(&b, "takeover", 1, 0.2, "old").await.remove(0);
+    tokio::time::sleep(Duration::from_millis(350)).await;
+    let new = claim(&b, "takeover", 1, 30.0, "new").await.remove(0);
+    assert_eq!((new.execution.id, new.execution.attempts), (e.id, 2));
+    let stale = b
+        .complete(
+            e.id,
+            old.attempt_id,
+            old.lease_token,
+            ExecutionCompletion::Succeeded {
+                result: json!("zombie"),
+            },
+        )
+        .await;
+    assert!(stale.unwrap_err().is_lease_lost());
+    let done = b
+        .complete(
+            e.id,
+            new.attempt_id,
+            new.lease_token,
+            ExecutionCompletion::Succeeded {
+                result: json!("fresh"),
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(done.result, Some(json!("fresh")));
+    let attempts = b.attempts(e.id).await.unwrap();
+    assert_eq!(
+        attempts
+            .iter()
+            .map(|a| a.status.as_str())
+            .collect::<Vec<_>>(),
+        ["lease_lost", "succeeded"]
+    );
+}
+
+/// A cancel racing a success always ends with exactly one terminal outcome; a cancelled
+/// execution never keeps the result.
+pub async fn cancel_and_complete_race_has_one_terminal_winner<D: Dialect>(dsn: &str) {
+    let b = SqlExecutionBackend::<D>::new(dsn, fresh_options()).unwrap();
+    for n in 0..20 {
+        let e = b.submit(request("race", n)).await.unwrap();
+        let lease = claim(&b, "race", 1, 30.0, "w").await.remove(0);
+        let (b1, b2) = (b.clone(), b.clone());
+        let cancel =
+            tokio::spawn(async move { b1.request_cancel("live", e.id, Some("race")).await });
+        let complete = tokio::spawn(async move {
+            b2.complete(
+                e.id,
+                lease.attempt_id,
+                lease.lease_token,
+                ExecutionCompletion::Succeeded {
+                    result: json!({"n": n}),
+                },
+            )
+            .await
+        });
+        cancel.await.unwrap().unwrap();
+        let completed = complete.await.unwrap().unwrap();
+        let last = b.get("live", e.id).await.unwrap().unwrap();
+        assert!(
+            matches!(
+                last.status,
+                ExecutionStatus::Succeeded | ExecutionStatus::Cancelled
+            ),
+            "{:?}",
+            last.status
+        );
+        assert_eq!(completed.status, last.status);
+        if last.status == ExecutionStatus::Cancelled {
+            assert_eq!(last.result, None);
+            let attempts = b.attempts(e.id).await.unwrap();
+            assert_eq!(attempts[0].status.as_str(), "cancelled");
+        }
+    }
+}
+
+/// With `auto_create` off, missing tables are reported by name.
+pub async fn missing_tables_are_reported_by_name<D: Dialect>(dsn: &str) {
+    let options = BackendOptions {
+        auto_create: false,
+        ..fresh_options()
+    };
+    let (e, a) = (options.table.clone(), options.attempts_table.clone());
+    let b = SqlExecutionBackend::<D>::new(dsn, options).unwrap();
+    let err = b.open().await.unwrap_err().to_string();
+    assert!(
+        err.contains(&format!("missing execution tables: {e}, {a}")),
+        "{err}"
+    );
+}
+
+/// A password in the DSN appears in no error, log-facing message or debug output.
+pub async fn dsn_passwords_never_appear_in_errors<D: Dialect>(scheme: &str) {
+    let secret = "hunter2-very-secret";
+    let dsn = format!("{scheme}://app:{secret}@127.0.0.1:1/nowhere");
+    let b = SqlExecutionBackend::<D>::new(&dsn, fresh_options()).unwrap();
+    let err = b.open().await.unwrap_err();
+    for shown in [
+        err.to_string(),
+        format!("{err:?}"),
+        format!("{b:?}"),
+        format!("{:?}", b.connector()),
+    ] {
+        assert!(!shown.contains(secret), "secret leaked in {shown}");
+    }
+    assert!(
+        err.is_retryable(),
+        "a refused connection is retryable: {err}"
+    );
+}

@@ -1,0 +1,229 @@
+//! MariaDB (the MySQL-protocol server): talking to a server with the `mariadb` client, fresh
+//! databases, and throwaway servers (`mariadb-install-db` + `mariadbd` as the `mysql` user).
+
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+
+use crate::cleanup::{Action, Cleanup};
+use crate::servers::Started;
+use crate::sys;
+use crate::url::DbUrl;
+
+/// The system user a throwaway server runs as.
+pub const SYSTEM_USER: &str = "mysql";
+
+/// The user tests connect as on a throwaway server.
+const TEST_USER: &str = "onestep";
+
+/// How long a throwaway server gets to accept connections.
+const START_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The admin connections to try on the local default server (root without password).
+pub fn local_admin_urls() -> Vec<DbUrl> {
+    vec![DbUrl::new("mysql", "root", None, "127.0.0.1", Some(3306), "")]
+}
+
+/// Whether the server binaries are installed.
+pub fn server_installed() -> bool {
+    sys::find_program("mariadbd").is_some() && sys::find_program("mariadb-install-db").is_some()
+}
+
+/// The command-line client (`mariadb`, else `mysql`), if installed.
+pub fn client() -> Option<PathBuf> {
+    sys::find_program("mariadb").or_else(|| sys::find_program("mysql"))
+}
+
+/// Runs `sql` (fed on stdin) with the client over `admin`; returns the tab-separated output.
+///
+/// `admin` connects over TCP, or over the Unix socket in its `socket` query parameter.
+pub fn query(admin: &DbUrl, sql: &str) -> Result<String> {
+    let client = client().context("the mariadb client is not installed")?;
+    let mut cmd = Command::new(client);
+    // --no-defaults must come first: no option file may redirect the connection.
+    cmd.args(["--no-defaults", "--batch", "--skip-column-names", "--connect-timeout=5"]);
+    match admin.query_param("socket") {
+        Some(socket) => cmd.arg("--protocol=SOCKET").arg(format!("--socket={socket}")),
+        None => {
+            let host = admin.host();
+            let host = if host.is_empty() { "127.0.0.1".to_string() } else { host };
+            cmd.arg("--protocol=TCP")
+                .arg(format!("--host={host}"))
+                .arg(format!("--port={}", admin.port().unwrap_or(3306)))
+        }
+    };
+    let user = admin.user();
+    if !user.is_empty() {
+        cmd.arg(format!("--user={user}"));
+    }
+    if let Some(password) = admin.password() {
+        cmd.env("MYSQL_PWD", password);
+    }
+    sys::run_with_input(&mut cmd, sql)
+        .with_context(|| format!("the mariadb client on {} failed", admin.redacted()))
+}
+
+/// Creates database `name` (utf8mb4, as the throwaway server's default).
+pub fn create_database(admin: &DbUrl, name: &str) -> Result<()> {
+    query(
+        admin,
+        &format!("CREATE DATABASE `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci;"),
+    )?;
+    Ok(())
+}
+
+/// Drops database `name` if it exists.
+pub fn drop_database(admin: &DbUrl, name: &str) -> Result<()> {
+    query(admin, &format!("DROP DATABASE IF EXISTS `{name}`;"))?;
+    Ok(())
+}
+
+/// Starts a throwaway server in `dir` (created here) on a free port of 127.0.0.1.
+pub fn start_throwaway(dir: &Path, root: bool, cleanup: &Cleanup) -> Result<Started> {
+    let mariadbd = sys::find_program("mariadbd").context("mariadbd is not installed")?;
+    let install_db =
+        sys::find_program("mariadb-install-db").context("mariadb-install-db is not installed")?;
+    let data = dir.join("data");
+    std::fs::create_dir_all(&data).with_context(|| format!("could not create {}", data.display()))?;
+    sys::chown_to(dir, SYSTEM_USER, root)?;
+    let socket = dir.join("mysqld.sock");
+    let socket_text = socket
+        .to_str()
+        .with_context(|| format!("socket path {} is not UTF-8", socket.display()))?;
+    let log = dir.join("error.log");
+
+    // The admin account authenticates by the OS user over the socket (root, or whoever runs xtask).
+    let admin_user = if root { "root".to_string() } else { sys::current_user()? };
+    let mut install = Command::new(install_db);
+    install.current_dir(dir).arg("--no-defaults");
+    if root {
+        install.arg(format!("--user={SYSTEM_USER}"));
+    } else {
+        install.arg(format!("--auth-root-socket-user={admin_user}"));
+    }
+    install
+        .arg(format!("--datadir={}", data.display()))
+        .args(["--skip-test-db", "--auth-root-authentication-method=socket"]);
+    sys::run(&mut install).context("mariadb-install-db failed")?;
+
+    let admin = DbUrl::new("mysql", &admin_user, None, "localhost", None, "")
+        .with_query("socket", socket_text);
+    let mut attempt = 0;
+    let port = loop {
+        attempt += 1;
+        let port = sys::free_port()?;
+        let mut server = Command::new(&mariadbd);
+        server.arg("--no-defaults");
+        if root {
+            server.arg(format!("--user={SYSTEM_USER}"));
+        }
+        server
+            .arg(format!("--datadir={}", data.display()))
+            .arg("--bind-address=127.0.0.1")
+            .arg(format!("--port={port}"))
+            .arg(format!("--socket={socket_text}"))
+            .arg(format!("--pid-file={}", dir.join("mysqld.pid").display()))
+            .arg(format!("--log-error={}", log.display()))
+            .args([
+                "--skip-name-resolve",
+                "--character-set-server=utf8mb4",
+                "--collation-server=utf8mb4_unicode_ci",
+                // Throwaway data: trade durability for speed.
+                "--innodb-flush-log-at-trx-commit=2",
+                "--innodb-doublewrite=0",
+                "--innodb-buffer-pool-size=256M",
+                "--max-connections=300",
+            ])
+            .current_dir(dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            // Its own process group: Ctrl-C in the terminal must not reach the server; the
+            // cleanup watchdog stops it instead.
+            .process_group(0);
+        let mut child = server
+            .spawn()
+            .with_context(|| format!("could not start {}", mariadbd.display()))?;
+        let pid = child.id();
+        let recorded = cleanup.push(Action::StopMariadb {
+            admin: admin.to_string(),
+            pid,
+        });
+        if let Err(err) = recorded {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(err);
+        }
+        let started = Instant::now();
+        let exited = loop {
+            if let Ok(Some(status)) = child.try_wait() {
+                break Some(status);
+            }
+            if query(&admin, "SELECT 1;").is_ok() {
+                break None;
+            }
+            if started.elapsed() > START_TIMEOUT {
+                cleanup.adopt(child);
+                bail!(
+                    "mariadbd did not accept connections within {}s; error log ({}):\n{}",
+                    START_TIMEOUT.as_secs(),
+                    log.display(),
+                    sys::file_tail(&log, 20)
+                );
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        cleanup.adopt(child);
+        match exited {
+            None => break port,
+            Some(status) => {
+                let tail = sys::file_tail(&log, 20);
+                // Another process may have taken the port since we picked it.
+                if attempt < 3 && tail.contains("Bind on TCP/IP port") {
+                    continue;
+                }
+                bail!("mariadbd exited ({status}); error log ({}):\n{tail}", log.display());
+            }
+        }
+    };
+
+    let password = sys::random_hex(16)?;
+    query(
+        &admin,
+        &format!(
+            "CREATE USER '{TEST_USER}'@'%' IDENTIFIED BY '{password}';
+             GRANT ALL PRIVILEGES ON *.* TO '{TEST_USER}'@'%';"
+        ),
+    )
+    .context("could not create the test user")?;
+    let version = query(&admin, "SELECT VERSION();")?;
+    let version = version.trim().split('-').next().unwrap_or_default();
+    Ok(Started {
+        tests: DbUrl::new("mysql", TEST_USER, Some(&password), "127.0.0.1", Some(port), ""),
+        admin,
+        owner: None,
+        description: format!("throwaway MariaDB {version}"),
+    })
+}
+
+/// Stops the throwaway server with process id `pid` (a no-op when it is gone).
+pub fn stop(admin: &str, pid: u32) -> Result<()> {
+    if !sys::pid_alive(pid) || !is_mariadbd(pid) {
+        return Ok(());
+    }
+    // A clean shutdown over the socket; the connection drops as the server goes away, so the
+    // client's verdict does not matter. Signals follow if it does not exit.
+    if let Ok(admin) = DbUrl::parse(admin) {
+        let _ = query(&admin, "SHUTDOWN;");
+    }
+    sys::stop_pid(pid, Duration::from_secs(30))
+}
+
+/// Whether `pid` runs `mariadbd` (so a recycled process id is never signalled).
+fn is_mariadbd(pid: u32) -> bool {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .is_ok_and(|cmdline| cmdline.split(|b| *b == 0).next().is_some_and(|argv0| argv0.ends_with(b"mariadbd")))
+}

@@ -1,0 +1,222 @@
+//! PostgreSQL: talking to a server with `psql`, fresh databases, and throwaway clusters
+//! (`initdb` + `pg_ctl` as the `postgres` user, tuned for speed rather than durability).
+
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+
+use crate::cleanup::{Action, Cleanup};
+use crate::servers::Started;
+use crate::sys::{self, command_as};
+use crate::url::DbUrl;
+
+/// Where Debian installs the server binaries (one `<version>/bin` per major version).
+const LIB_DIR: &str = "/usr/lib/postgresql";
+
+/// The system user a throwaway cluster runs as.
+pub const SYSTEM_USER: &str = "postgres";
+
+/// The role tests connect as on a throwaway cluster.
+const TEST_ROLE: &str = "onestep";
+
+/// The admin connections to try on the local default server (trust auth, user `postgres`).
+pub fn local_admin_urls() -> Vec<DbUrl> {
+    ["postgres", "test"]
+        .map(|db| DbUrl::new("postgres", "postgres", None, "127.0.0.1", Some(5432), db))
+        .to_vec()
+}
+
+/// The newest `/usr/lib/postgresql/<version>/bin` that has a server, if any.
+pub fn bin_dir() -> Option<PathBuf> {
+    let entries = std::fs::read_dir(LIB_DIR).ok()?;
+    entries
+        .filter_map(|entry| entry.ok())
+        .map(|entry| entry.path())
+        .filter(|dir| sys::is_executable(&dir.join("bin/postgres")))
+        .max_by_key(|dir| version_key(dir))
+        .map(|dir| dir.join("bin"))
+}
+
+/// Sorts `15` < `16` < `9.6`-style directory names numerically.
+fn version_key(dir: &Path) -> Vec<u32> {
+    let name = dir.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+    name.split('.').map(|part| part.parse().unwrap_or(0)).collect()
+}
+
+/// Whether the server binaries are installed.
+pub fn server_installed() -> bool {
+    bin_dir().is_some_and(|bin| ["initdb", "pg_ctl"].iter().all(|p| sys::is_executable(&bin.join(p))))
+}
+
+/// The `psql` client, if installed.
+pub fn client() -> Option<PathBuf> {
+    sys::find_program("psql").or_else(|| {
+        bin_dir()
+            .map(|bin| bin.join("psql"))
+            .filter(|p| sys::is_executable(p))
+    })
+}
+
+/// Runs `sql` (fed on stdin) with `psql` over `admin`; returns the unaligned, tuples-only output.
+pub fn query(admin: &DbUrl, sql: &str) -> Result<String> {
+    let psql = client().context("psql is not installed")?;
+    let mut cmd = Command::new(psql);
+    cmd.args(["-X", "-q", "-A", "-t", "-w", "-v", "ON_ERROR_STOP=1"])
+        .env("PGCONNECT_TIMEOUT", "5");
+    let host = admin.host();
+    if !host.is_empty() {
+        cmd.args(["-h", &host]);
+    }
+    if let Some(port) = admin.port() {
+        cmd.args(["-p", &port.to_string()]);
+    }
+    let user = admin.user();
+    if !user.is_empty() {
+        cmd.args(["-U", &user]);
+    }
+    let database = admin.database();
+    if !database.is_empty() {
+        cmd.args(["-d", &database]);
+    }
+    if let Some(password) = admin.password() {
+        cmd.env("PGPASSWORD", password);
+    }
+    if let Some(mode) = admin.query_param("sslmode") {
+        cmd.env("PGSSLMODE", mode);
+    }
+    sys::run_with_input(&mut cmd, sql)
+        .with_context(|| format!("psql on {} failed", admin.redacted()))
+}
+
+/// Creates database `name` (owned by `owner`, if given).
+pub fn create_database(admin: &DbUrl, name: &str, owner: Option<&str>) -> Result<()> {
+    let owner = owner.map(|o| format!(" OWNER \"{o}\"")).unwrap_or_default();
+    query(admin, &format!("CREATE DATABASE \"{name}\"{owner};"))?;
+    Ok(())
+}
+
+/// Drops database `name` if it exists, closing leftover connections (PostgreSQL 13+).
+pub fn drop_database(admin: &DbUrl, name: &str) -> Result<()> {
+    match query(admin, &format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE);")) {
+        Ok(_) => Ok(()),
+        // Older servers lack WITH (FORCE).
+        Err(forced) => query(admin, &format!("DROP DATABASE IF EXISTS \"{name}\";"))
+            .map(drop)
+            .with_context(|| format!("{forced:#}")),
+    }
+}
+
+/// Starts a throwaway cluster in `dir` (created here) on a free port of 127.0.0.1.
+pub fn start_throwaway(dir: &Path, root: bool, cleanup: &Cleanup) -> Result<Started> {
+    let bin = bin_dir().with_context(|| format!("no PostgreSQL server under {LIB_DIR}/*/bin"))?;
+    let dir_text = dir
+        .to_str()
+        .filter(|d| !d.contains(['\'', '"', ' ']))
+        .with_context(|| format!("unusable directory {} for a socket", dir.display()))?;
+    std::fs::create_dir(dir).with_context(|| format!("could not create {}", dir.display()))?;
+    sys::chown_to(dir, SYSTEM_USER, root)?;
+    sys::set_mode(dir, 0o700)?;
+    let data = dir.join("data");
+    let log = dir.join("server.log");
+
+    // The server must be able to enter its working directory, hence current_dir(dir).
+    let mut initdb = command_as(SYSTEM_USER, bin.join("initdb"), root);
+    initdb
+        .current_dir(dir)
+        .arg("-D")
+        .arg(&data)
+        .args(["-U", "postgres", "--auth-local=trust", "--auth-host=scram-sha-256"])
+        .args(["-E", "UTF8", "--locale=C.UTF-8", "--no-sync"]);
+    sys::run(&mut initdb).context("initdb failed")?;
+    cleanup.push(Action::StopPostgres {
+        bin_dir: bin.clone(),
+        data_dir: data.clone(),
+    })?;
+
+    let mut attempt = 0;
+    let port = loop {
+        attempt += 1;
+        let port = sys::free_port()?;
+        let options = format!(
+            "-c listen_addresses=127.0.0.1 -p {port} -k '{dir_text}' -c fsync=off \
+             -c synchronous_commit=off -c full_page_writes=off -c max_connections=200"
+        );
+        let mut start = command_as(SYSTEM_USER, bin.join("pg_ctl"), root);
+        start
+            .current_dir(dir)
+            .arg("-D")
+            .arg(&data)
+            .arg("-l")
+            .arg(&log)
+            .args(["-w", "-t", "60", "-o", &options, "start"])
+            // Its own process group: Ctrl-C in the terminal must not reach the server; the
+            // cleanup watchdog stops it instead.
+            .process_group(0);
+        match sys::run(&mut start) {
+            Ok(_) => break port,
+            Err(err) => {
+                let tail = sys::file_tail(&log, 20);
+                // Another process may have taken the port since we picked it.
+                if attempt < 3 && tail.contains("could not bind") {
+                    continue;
+                }
+                bail!("pg_ctl start failed: {err:#}\nserver log ({}):\n{tail}", log.display());
+            }
+        }
+    };
+
+    let admin = DbUrl::new("postgres", "postgres", None, dir_text, Some(port), "postgres");
+    let password = sys::random_hex(16)?;
+    query(
+        &admin,
+        &format!("CREATE ROLE {TEST_ROLE} LOGIN CREATEDB PASSWORD '{password}';"),
+    )
+    .context("could not create the test role")?;
+    let version = std::fs::read_to_string(data.join("PG_VERSION"))
+        .map(|v| v.trim().to_string())
+        .unwrap_or_default();
+    Ok(Started {
+        tests: DbUrl::new(
+            "postgres",
+            TEST_ROLE,
+            Some(&password),
+            "127.0.0.1",
+            Some(port),
+            "postgres",
+        ),
+        admin,
+        owner: Some(TEST_ROLE.to_string()),
+        description: format!("throwaway PostgreSQL {version}"),
+    })
+}
+
+/// Stops the throwaway cluster in `data_dir` (a no-op when it is not running).
+pub fn stop(bin_dir: &Path, data_dir: &Path) -> Result<()> {
+    let pid_file = data_dir.join("postmaster.pid");
+    if !pid_file.exists() {
+        return Ok(());
+    }
+    let root = sys::is_root()?;
+    let mut stop = command_as(SYSTEM_USER, bin_dir.join("pg_ctl"), root);
+    stop.current_dir("/")
+        .arg("-D")
+        .arg(data_dir)
+        .args(["-m", "fast", "-w", "-t", "30", "stop"]);
+    let Err(err) = sys::run(&mut stop) else {
+        return Ok(());
+    };
+    // pg_ctl failed: fall back to signals, if the postmaster is still there at all.
+    let pid = std::fs::read_to_string(&pid_file)
+        .ok()
+        .and_then(|text| text.lines().next().and_then(|l| l.trim().parse::<u32>().ok()));
+    match pid {
+        Some(pid) if sys::pid_alive(pid) => {
+            sys::signal(pid, "INT"); // fast shutdown
+            sys::stop_pid(pid, std::time::Duration::from_secs(10))
+                .with_context(|| format!("{err:#}"))
+        }
+        _ => Ok(()),
+    }
+}

@@ -1,0 +1,447 @@
+//! Real PostgreSQL and MariaDB servers for `cargo xtask test`.
+//!
+//! For each server kind, in order: the URL in `ONESTEP_POSTGRES_URL` / `ONESTEP_MYSQL_URL`; else
+//! the local default server (PostgreSQL at 127.0.0.1:5432 as `postgres` with trust auth, MariaDB
+//! at 127.0.0.1:3306 as `root` without password) when it answers; else a throwaway server that
+//! xtask installs (apt-get), starts on a free port of 127.0.0.1 in a temp directory, and stops.
+//! `--throwaway-servers` goes straight to the last. Every run gets a fresh database on each
+//! server, exported to the tests and dropped afterwards. A server that cannot be had is an error
+//! that says what was tried.
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, anyhow, bail};
+
+use crate::cleanup::{Action, Cleanup};
+use crate::url::DbUrl;
+use crate::{mariadb, postgres, sys};
+
+/// The command-line flag that forces throwaway servers.
+pub const THROWAWAY_FLAG: &str = "--throwaway-servers";
+
+/// How `cargo xtask test` gets its servers.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Options {
+    /// Skip the URLs and local default servers; always start throwaway servers.
+    pub throwaway: bool,
+}
+
+impl Options {
+    /// Takes xtask's own flags out of `args` (up to a bare `--`); the rest goes to `cargo test`.
+    pub fn from_args(args: Vec<String>) -> (Self, Vec<String>) {
+        let mut options = Self::default();
+        let mut rest = Vec::with_capacity(args.len());
+        let mut passthrough = false;
+        for arg in args {
+            if passthrough {
+                rest.push(arg);
+                continue;
+            }
+            if arg == "--" {
+                passthrough = true;
+                rest.push(arg);
+            } else if arg == THROWAWAY_FLAG {
+                options.throwaway = true;
+            } else {
+                rest.push(arg);
+            }
+        }
+        (options, rest)
+    }
+}
+
+/// A database server kind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// PostgreSQL.
+    Postgres,
+    /// MariaDB (for the MySQL tests).
+    Mariadb,
+}
+
+impl Kind {
+    /// Every kind, in the order they are set up and reported.
+    pub const ALL: [Kind; 2] = [Kind::Postgres, Kind::Mariadb];
+
+    /// A short stable name (messages, temp subdirectories, watchdog lines).
+    pub fn id(self) -> &'static str {
+        match self {
+            Kind::Postgres => "postgres",
+            Kind::Mariadb => "mysql",
+        }
+    }
+
+    /// The kind whose [`Kind::id`] is `id`.
+    pub fn from_id(id: &str) -> Result<Self> {
+        Self::ALL
+            .into_iter()
+            .find(|kind| kind.id() == id)
+            .with_context(|| format!("unknown server kind {id:?}"))
+    }
+
+    /// The human name.
+    pub fn label(self) -> &'static str {
+        match self {
+            Kind::Postgres => "PostgreSQL",
+            Kind::Mariadb => "MySQL/MariaDB",
+        }
+    }
+
+    /// The variable that holds the server URL, for xtask and for the tests.
+    pub fn url_var(self) -> &'static str {
+        match self {
+            Kind::Postgres => "ONESTEP_POSTGRES_URL",
+            Kind::Mariadb => "ONESTEP_MYSQL_URL",
+        }
+    }
+
+    /// URL schemes (without `+driver`) that name this kind.
+    fn schemes(self) -> &'static [&'static str] {
+        match self {
+            Kind::Postgres => &["postgres", "postgresql"],
+            Kind::Mariadb => &["mysql", "mariadb"],
+        }
+    }
+
+    /// Where the local default server listens.
+    fn local_addr(self) -> SocketAddr {
+        let port = match self {
+            Kind::Postgres => 5432,
+            Kind::Mariadb => 3306,
+        };
+        SocketAddr::from((Ipv4Addr::LOCALHOST, port))
+    }
+
+    /// Admin connections to try on the local default server.
+    fn local_admin_urls(self) -> Vec<DbUrl> {
+        match self {
+            Kind::Postgres => postgres::local_admin_urls(),
+            Kind::Mariadb => mariadb::local_admin_urls(),
+        }
+    }
+
+    /// The client program's name (for messages).
+    fn client_name(self) -> &'static str {
+        match self {
+            Kind::Postgres => "psql",
+            Kind::Mariadb => "mariadb",
+        }
+    }
+
+    /// Whether the command-line client is installed.
+    fn client_installed(self) -> bool {
+        match self {
+            Kind::Postgres => postgres::client().is_some(),
+            Kind::Mariadb => mariadb::client().is_some(),
+        }
+    }
+
+    /// Debian packages that bring the client.
+    fn client_packages(self) -> &'static [&'static str] {
+        match self {
+            Kind::Postgres => &["postgresql-client"],
+            Kind::Mariadb => &["mariadb-client"],
+        }
+    }
+
+    /// Whether the server binaries (and client) for a throwaway server are installed.
+    fn server_installed(self) -> bool {
+        self.client_installed()
+            && match self {
+                Kind::Postgres => postgres::server_installed(),
+                Kind::Mariadb => mariadb::server_installed(),
+            }
+    }
+
+    /// Debian packages that bring the server and client.
+    fn server_packages(self) -> &'static [&'static str] {
+        match self {
+            Kind::Postgres => &["postgresql", "postgresql-client"],
+            Kind::Mariadb => &["mariadb-server", "mariadb-client"],
+        }
+    }
+
+    /// The system user a throwaway server runs as.
+    fn system_user(self) -> &'static str {
+        match self {
+            Kind::Postgres => postgres::SYSTEM_USER,
+            Kind::Mariadb => mariadb::SYSTEM_USER,
+        }
+    }
+
+    /// Checks that `admin` can log in.
+    fn check(self, admin: &DbUrl) -> Result<()> {
+        let probe = "SELECT 1;";
+        match self {
+            Kind::Postgres => postgres::query(admin, probe).map(drop),
+            Kind::Mariadb => mariadb::query(admin, probe).map(drop),
+        }
+    }
+
+    /// Creates database `name` over `admin`.
+    fn create_database(self, admin: &DbUrl, name: &str, owner: Option<&str>) -> Result<()> {
+        match self {
+            Kind::Postgres => postgres::create_database(admin, name, owner),
+            Kind::Mariadb => mariadb::create_database(admin, name),
+        }
+    }
+
+    /// Drops database `name` (if it exists) over the admin URL `admin`.
+    pub fn drop_database(self, admin: &str, name: &str) -> Result<()> {
+        let admin = DbUrl::parse(admin)?;
+        match self {
+            Kind::Postgres => postgres::drop_database(&admin, name),
+            Kind::Mariadb => mariadb::drop_database(&admin, name),
+        }
+    }
+
+    /// Starts a throwaway server with its files in `dir`.
+    fn start_throwaway(self, dir: &Path, root: bool, cleanup: &Cleanup) -> Result<Started> {
+        match self {
+            Kind::Postgres => postgres::start_throwaway(dir, root, cleanup),
+            Kind::Mariadb => mariadb::start_throwaway(dir, root, cleanup),
+        }
+    }
+}
+
+/// A server to run the tests on.
+pub struct Started {
+    /// A connection that may create and drop databases.
+    pub admin: DbUrl,
+    /// The connection the tests use (its database is replaced by the run's fresh one).
+    pub tests: DbUrl,
+    /// The owner to give the fresh database, if not the admin user.
+    pub owner: Option<String>,
+    /// Which path produced the server, for the report line.
+    pub description: String,
+}
+
+/// The outcome of looking for an existing server.
+enum Lookup {
+    /// A usable shared server.
+    Found(Started),
+    /// None: a throwaway server is needed. Holds what was tried, for the error message.
+    Missing(Vec<String>),
+}
+
+/// The servers of one test run: the variables for the tests and everything to undo afterwards.
+pub struct Servers {
+    /// `ONESTEP_*_URL` variables pointing at the fresh databases.
+    env: Vec<(&'static str, String)>,
+    /// Undo steps (dropped databases, stopped servers, removed temp directory).
+    cleanup: Cleanup,
+}
+
+impl Servers {
+    /// Finds or starts a server of every kind and creates a fresh database on each.
+    pub fn provide(options: Options) -> Result<Self> {
+        let cleanup = Cleanup::new()?;
+        let root = sys::is_root()?;
+
+        let mut servers = Vec::new();
+        let mut needed = Vec::new();
+        for kind in Kind::ALL {
+            match look_up(kind, options)? {
+                Lookup::Found(server) => servers.push((kind, server, true)),
+                Lookup::Missing(tried) => needed.push((kind, tried)),
+            }
+        }
+        if !needed.is_empty() {
+            servers.extend(start_throwaways(&needed, root, &cleanup)?);
+        }
+        servers.sort_by_key(|(kind, ..)| Kind::ALL.iter().position(|k| k == kind));
+
+        let mut env = Vec::new();
+        for (kind, server, shared) in servers {
+            let name = format!("onestep_test_{}", sys::random_hex(6)?);
+            if shared {
+                // Recorded first, so that even a half-finished run leaves nothing behind.
+                cleanup.push(Action::DropDatabase {
+                    kind,
+                    admin: server.admin.to_string(),
+                    name: name.clone(),
+                })?;
+            }
+            kind.create_database(&server.admin, &name, server.owner.as_deref())
+                .with_context(|| {
+                    format!("could not create the test database on {}", server.description)
+                })?;
+            let url = server.tests.with_database(&name);
+            println!(
+                "xtask: {}: {} -> {}",
+                kind.id(),
+                server.description,
+                url.redacted()
+            );
+            env.push((kind.url_var(), url.to_string()));
+        }
+        Ok(Self { env, cleanup })
+    }
+
+    /// The variables to give `cargo test`.
+    pub fn env(&self) -> &[(&'static str, String)] {
+        &self.env
+    }
+
+    /// Drops the databases, stops throwaway servers and removes the temp directory.
+    pub fn finish(self) -> Result<()> {
+        self.cleanup.run()
+    }
+}
+
+/// Looks for an existing server of `kind`: the URL variable, then the local default.
+fn look_up(kind: Kind, options: Options) -> Result<Lookup> {
+    let var = kind.url_var();
+    if options.throwaway {
+        return Ok(Lookup::Missing(vec![format!(
+            "{THROWAWAY_FLAG} given: {var} and the local default server were not considered"
+        )]));
+    }
+    let mut tried = Vec::new();
+    match std::env::var(var) {
+        Ok(raw) if !raw.trim().is_empty() => {
+            // An explicit URL is never second-guessed: if it does not work, that is the error.
+            let url = DbUrl::parse(&raw).with_context(|| format!("{var} is not a usable URL"))?;
+            if !kind.schemes().contains(&url.base_scheme().as_str()) {
+                bail!("{var}={} is not a {} URL", url.redacted(), kind.label());
+            }
+            ensure_client(kind)?;
+            kind.check(&url).with_context(|| {
+                format!("{var}={} is set, but that server cannot be used", url.redacted())
+            })?;
+            return Ok(Lookup::Found(Started {
+                admin: url.clone(),
+                tests: url,
+                owner: None,
+                description: format!("server from {var}"),
+            }));
+        }
+        _ => tried.push(format!("{var}: not set")),
+    }
+
+    let addr = kind.local_addr();
+    if let Err(err) = sys::tcp_answers(addr) {
+        tried.push(format!("local default server at {addr}: {err}"));
+        return Ok(Lookup::Missing(tried));
+    }
+    if let Err(err) = ensure_client(kind) {
+        tried.push(format!("local default server at {addr}: answers, but {err:#}"));
+        return Ok(Lookup::Missing(tried));
+    }
+    let mut refusals = Vec::new();
+    for admin in kind.local_admin_urls() {
+        match kind.check(&admin) {
+            Ok(()) => {
+                return Ok(Lookup::Found(Started {
+                    tests: admin.clone(),
+                    admin,
+                    owner: None,
+                    description: format!("local default server at {addr}"),
+                }));
+            }
+            Err(err) => refusals.push(format!("{err:#}")),
+        }
+    }
+    let refusals = refusals.join("; ");
+    eprintln!("xtask: the local {} server at {addr} answers but refuses xtask: {refusals}", kind.label());
+    tried.push(format!("local default server at {addr}: answers, but {refusals}"));
+    Ok(Lookup::Missing(tried))
+}
+
+/// Installs the command-line client of `kind` if it is missing.
+fn ensure_client(kind: Kind) -> Result<()> {
+    if kind.client_installed() {
+        return Ok(());
+    }
+    sys::apt_install(
+        kind.client_packages(),
+        &format!("the {} client `{}` is missing", kind.label(), kind.client_name()),
+    )?;
+    if !kind.client_installed() {
+        bail!("`{}` is still missing after installing {}", kind.client_name(), kind.client_packages().join(" "));
+    }
+    Ok(())
+}
+
+/// Starts a throwaway server for each of `needed` (in parallel), in one fresh temp directory.
+fn start_throwaways(
+    needed: &[(Kind, Vec<String>)],
+    root: bool,
+    cleanup: &Cleanup,
+) -> Result<Vec<(Kind, Started, bool)>> {
+    // What went wrong, with everything tried before, for a server that cannot be had.
+    let failure = |kind: Kind, tried: &[String], err: anyhow::Error| {
+        let mut lines = vec![format!("could not provide a {} server for the tests; tried:", kind.label())];
+        lines.extend(tried.iter().map(|t| format!("  - {t}")));
+        lines.push(format!("  - a throwaway server: {err:#}"));
+        anyhow!(lines.join("\n"))
+    };
+
+    // Packages first, in one apt-get call (two at once would fight over the dpkg lock).
+    let missing: Vec<&str> = needed
+        .iter()
+        .filter(|(kind, _)| !kind.server_installed())
+        .flat_map(|(kind, _)| kind.server_packages().iter().copied())
+        .collect();
+    if !missing.is_empty() {
+        let why = "throwaway database servers need their packages";
+        if let Err(err) = sys::apt_install(&missing, why) {
+            let (kind, tried) = &needed[0];
+            return Err(failure(*kind, tried, err));
+        }
+    }
+    for (kind, tried) in needed {
+        if root {
+            sys::ensure_system_user(kind.system_user()).map_err(|err| failure(*kind, tried, err))?;
+        }
+    }
+
+    let dir = std::env::temp_dir().join(format!("onestep-xtask-{}", sys::random_hex(6)?));
+    cleanup.push(Action::RemoveDir { path: dir.clone() })?;
+    std::fs::create_dir(&dir).with_context(|| format!("could not create {}", dir.display()))?;
+    // The servers run as their own users and must be able to enter it.
+    sys::set_mode(&dir, 0o755)?;
+    let started = Instant::now();
+    let results: Vec<(Kind, Result<(Started, Duration)>)> = std::thread::scope(|scope| {
+        let handles: Vec<_> = needed
+            .iter()
+            .map(|&(kind, _)| {
+                let dir = dir.join(kind.id());
+                let handle = scope.spawn(move || {
+                    let started = Instant::now();
+                    let server = kind.start_throwaway(&dir, root, cleanup)?;
+                    Ok((server, started.elapsed()))
+                });
+                (kind, handle)
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|(kind, handle)| {
+                let result = handle
+                    .join()
+                    .unwrap_or_else(|_| Err(anyhow!("starting the server panicked")));
+                (kind, result)
+            })
+            .collect()
+    });
+
+    let mut servers = Vec::new();
+    for ((kind, result), (_, tried)) in results.into_iter().zip(needed) {
+        let (mut server, took) = result.map_err(|err| failure(kind, tried, err))?;
+        server.description = format!(
+            "{} started in {:.1}s (files in {})",
+            server.description,
+            took.as_secs_f64(),
+            dir.join(kind.id()).display()
+        );
+        servers.push((kind, server, false));
+    }
+    eprintln!(
+        "xtask: throwaway servers ready in {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
+    Ok(servers)
+}

@@ -59,3 +59,6 @@ pub use source::memory::MemoryQueue;
 pub use source::{Overlap, Resource, Sink, Source};
 pub use state::{CursorStore, InMemoryCursorStore, InMemoryStateStore, StateStore};
 pub use task::{Emit, EmitBinding, EmitRoute, Task, TaskContext};
+
+/// This crate's version.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");

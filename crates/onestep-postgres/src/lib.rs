@@ -36,8 +36,8 @@
 //! # Ok(()) }
 //! ```
 
-pub use onestep_sql::BackendOptions;
 pub use onestep_sql::postgres::{
     Postgres, PostgresConnector, PostgresExecutionBackend, PostgresExecutionSource,
     execution_source,
 };
+pub use onestep_sql::{BackendOptions, PoolSettings};

@@ -93,6 +93,13 @@ pub trait Dialect: Send + Sync + Sized + 'static {
         params: Vec<Param>,
     ) -> Result<Vec<Candidate>, sqlx::Error>;
 
+    /// Runs a query returning one integer (a `COUNT(*)`).
+    async fn fetch_count(
+        tx: &mut sqlx::Transaction<'static, Self::Db>,
+        sql: &str,
+        params: Vec<Param>,
+    ) -> Result<i64, sqlx::Error>;
+
     /// Runs a query returning attempt rows (all columns, in table order).
     async fn fetch_attempts(
         tx: &mut sqlx::Transaction<'static, Self::Db>,
@@ -138,7 +145,8 @@ pub(crate) fn classify_common(err: &sqlx::Error) -> Option<ConnectorErrorKind> {
     use sqlx::Error as E;
     Some(match err {
         E::Io(_) | E::Tls(_) | E::PoolClosed | E::WorkerCrashed => ConnectorErrorKind::Disconnected,
-        E::PoolTimedOut => ConnectorErrorKind::Transient,
+        // No connection within the acquire timeout: the server is unreachable or saturated.
+        E::PoolTimedOut => ConnectorErrorKind::Disconnected,
         E::Configuration(_) => ConnectorErrorKind::Misconfigured,
         E::Protocol(_) => ConnectorErrorKind::Disconnected,
         E::ColumnDecode { .. }

@@ -45,7 +45,7 @@ pub mod sqlite;
 
 pub use connector::SqlConnector;
 pub use dialect::{Dialect, PoolSettings};
-pub use machine::{BackendOptions, SqlExecutionBackend};
+pub use machine::{BackendOptions, SqlExecutionBackend, StatusCount};
 
 use onestep_core::execution::ExecutionError;
 use onestep_core::{ConnectorErrorKind, ConnectorOperation, ConnectorOperationError};
@@ -62,3 +62,6 @@ pub(crate) fn setup_error<D: Dialect>(message: String) -> ExecutionError {
         .with_cause(std::io::Error::other(message)),
     )
 }
+
+/// This crate's version.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");

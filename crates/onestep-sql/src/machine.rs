@@ -30,6 +30,17 @@ use crate::param::Param;
 use crate::schema::{SchemaError, TableNames};
 use crate::sql;
 
+/// How many executions have one status, and the oldest of them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StatusCount {
+    /// The status.
+    pub status: ExecutionStatus,
+    /// How many executions have it.
+    pub count: usize,
+    /// When the oldest of them was submitted.
+    pub oldest_created_at: Option<OffsetDateTime>,
+}
+
 /// Options of a SQL execution backend, with the reference's defaults.
 #[derive(Debug, Clone)]
 pub struct BackendOptions {
@@ -334,6 +345,96 @@ impl<D: Dialect> SqlExecutionBackend<D> {
         .map_err(db::<D>(ConnectorOperation::Fetch))?;
         Self::commit(tx, ConnectorOperation::Fetch).await?;
         Ok(rows)
+    }
+
+    /// Counts executions by status in `namespace` (all namespaces when `None`), with the oldest
+    /// `created_at` of each status: the numbers to alert on.
+    pub async fn stats(&self, namespace: Option<&str>) -> ExecutionResult<Vec<StatusCount>> {
+        let op = ConnectorOperation::Fetch;
+        let mut out = Vec::new();
+        let mut tx = self.begin(op).await?;
+        for status in ExecutionStatus::ALL {
+            let mut sql = format!(
+                "SELECT {cols} FROM {e} WHERE status = ?",
+                cols = sql::EXECUTION_COLUMNS,
+                e = D::quote(&self.inner.tables.executions)
+            );
+            let mut params: Vec<Param> = vec![status.as_str().into()];
+            if let Some(ns) = namespace {
+                sql.push_str(" AND namespace = ?");
+                params.push(ns.into());
+            }
+            sql.push_str(" ORDER BY created_at LIMIT 1");
+            let oldest = D::fetch_executions(&mut tx, &D::render(&sql), params.clone())
+                .await
+                .map_err(db::<D>(op))?;
+            let count_sql = sql
+                .replacen(sql::EXECUTION_COLUMNS, "COUNT(*)", 1)
+                .replace(" ORDER BY created_at LIMIT 1", "");
+            let count = D::fetch_count(&mut tx, &D::render(&count_sql), params)
+                .await
+                .map_err(db::<D>(op))?;
+            let count = usize::try_from(count).unwrap_or(0);
+            out.push(StatusCount {
+                status,
+                count,
+                oldest_created_at: oldest.first().map(|r| r.created_at),
+            });
+        }
+        Self::commit(tx, op).await?;
+        Ok(out)
+    }
+
+    /// Deletes terminal executions (and their attempts) finished before `before`, at most
+    /// `batch` per transaction, until none is left; with `dry_run` only counts them. Returns how
+    /// many were (or would be) deleted.
+    pub async fn prune(
+        &self,
+        before: OffsetDateTime,
+        batch: usize,
+        dry_run: bool,
+    ) -> ExecutionResult<usize> {
+        if batch < 1 {
+            return Err(ExecutionError::invalid("batch", "must be >= 1, got 0"));
+        }
+        let op = ConnectorOperation::Send;
+        let (e, a) = (
+            D::quote(&self.inner.tables.executions),
+            D::quote(&self.inner.tables.attempts),
+        );
+        let select = D::render(&format!(
+            "SELECT id, version, lease_token FROM {e} WHERE status IN ('succeeded', 'failed', 'cancelled', 'expired') \
+             AND finished_at IS NOT NULL AND finished_at < ? ORDER BY finished_at, id LIMIT ?"
+        ));
+        let delete_attempts = D::render(&format!("DELETE FROM {a} WHERE execution_id = ?"));
+        let delete = D::render(&format!(
+            "DELETE FROM {e} WHERE id = ? AND status IN ('succeeded', 'failed', 'cancelled', 'expired')"
+        ));
+        let mut total = 0;
+        loop {
+            let mut tx = self.begin(op).await?;
+            let limit = if dry_run {
+                i64::MAX
+            } else {
+                i64::try_from(batch).unwrap_or(i64::MAX)
+            };
+            let rows = D::fetch_candidates(&mut tx, &select, vec![before.into(), limit.into()])
+                .await
+                .map_err(db::<D>(op))?;
+            if dry_run || rows.is_empty() {
+                Self::commit(tx, op).await?;
+                return Ok(total + if dry_run { rows.len() } else { 0 });
+            }
+            for (id, _, _) in &rows {
+                D::execute(&mut tx, &delete_attempts, vec![(*id).into()])
+                    .await
+                    .map_err(db::<D>(op))?;
+                total += D::execute(&mut tx, &delete, vec![(*id).into()])
+                    .await
+                    .map_err(db::<D>(op))? as usize;
+            }
+            Self::commit(tx, op).await?;
+        }
     }
 
     fn insert_params(row: &ExecutionRow) -> Vec<Param> {

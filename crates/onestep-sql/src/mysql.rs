@@ -267,6 +267,17 @@ impl Dialect for MySql {
             .collect()
     }
 
+    async fn fetch_count(
+        tx: &mut Transaction<'static, sqlx::MySql>,
+        sql: &str,
+        params: Vec<Param>,
+    ) -> Result<i64, sqlx::Error> {
+        query(sql, params)
+            .fetch_one(&mut **tx)
+            .await?
+            .try_get::<i64, _>(0)
+    }
+
     async fn fetch_attempts(
         tx: &mut Transaction<'static, sqlx::MySql>,
         sql: &str,

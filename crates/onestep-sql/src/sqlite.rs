@@ -197,7 +197,7 @@ impl Dialect for Sqlite {
             .map_err(|e| e.to_string())?
             .create_if_missing(true)
             .busy_timeout(Duration::from_secs(10))
-            .foreign_keys(false);
+            .foreign_keys(true);
         let options = if memory {
             options
         } else {
@@ -262,6 +262,17 @@ impl Dialect for Sqlite {
                 ))
             })
             .collect()
+    }
+
+    async fn fetch_count(
+        tx: &mut Transaction<'static, sqlx::Sqlite>,
+        sql: &str,
+        params: Vec<Param>,
+    ) -> Result<i64, sqlx::Error> {
+        query(sql, params)
+            .fetch_one(&mut **tx)
+            .await?
+            .try_get::<i64, _>(0)
     }
 
     async fn fetch_attempts(

@@ -80,7 +80,7 @@ pub trait ExecutionBackend: Send + Sync {
     ) -> ExecutionResult<Option<Execution>>;
 
     /// Waits up to `timeout` for a change to execution `id`. Backends without notifications return
-    /// `false` at once and callers poll; the memory backend and PostgreSQL (LISTEN) wake early.
+    /// `false` at once and callers poll; the memory backend wakes early.
     async fn wait_for_change(
         &self,
         _namespace: &str,

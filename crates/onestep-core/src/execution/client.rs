@@ -41,7 +41,8 @@ pub struct ExecutionClient<B> {
 }
 
 /// The polling schedule of [`ExecutionClient::wait`]: `initial`, doubling, capped at `max`
-/// (default 1, 2, 4, 8, 8, … seconds). Backends with notifications wake earlier.
+/// (default 1, 2, 4, 8, 10, 10, … seconds, as the seed documents advise). Backends with
+/// notifications wake earlier.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WaitBackoff {
     /// The first delay.
@@ -54,7 +55,7 @@ impl Default for WaitBackoff {
     fn default() -> Self {
         Self {
             initial: Duration::from_secs(1),
-            max: Duration::from_secs(8),
+            max: Duration::from_secs(10),
         }
     }
 }

@@ -11,7 +11,7 @@
 //!   digests ([`digest`]) and list cursors ([`cursor`]) are byte-compatible with it.
 //!
 //! At-least-once: a handler may run again after a crash or a lost lease, so its side effects must
-//! be idempotent on the execution id (in `ctx.meta()["onestep.execution"]["id"]`).
+//! be idempotent on the execution id (`ctx.meta().get("onestep.execution")`, field `id`).
 
 pub mod backend;
 pub mod canonical;

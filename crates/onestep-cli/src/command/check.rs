@@ -1,0 +1,143 @@
+//! `onestep check [--strict] [--json] [--connect] FILE`.
+
+use std::time::Duration;
+
+use crate::config;
+use crate::registry::{Built, Registry};
+
+/// Arguments of `check`.
+#[derive(Debug, clap::Args)]
+pub struct CheckArgs {
+    #[command(flatten)]
+    load: super::LoadArgs,
+    /// Report every problem: unknown fields at every level, types, ranges, references.
+    #[arg(long)]
+    strict: bool,
+    /// Print the app description as JSON (or the problems as JSON).
+    #[arg(long)]
+    json: bool,
+    /// Also open and close every resource (connects to databases).
+    #[arg(long)]
+    connect: bool,
+    /// Seconds each resource may take to open with `--connect`.
+    #[arg(long, default_value_t = 10.0)]
+    connect_timeout: f64,
+}
+
+/// 0 when valid, 1 when problems were found, 2 when the file could not be loaded.
+pub async fn check(args: CheckArgs, registry: &Registry) -> u8 {
+    let doc = match config::load(&args.load.file, &args.load.options()) {
+        Ok(doc) => doc,
+        Err(e) => {
+            eprintln!("onestep: {e}");
+            return 2;
+        }
+    };
+    let spec = match config::spec::validate(&doc, registry, args.strict) {
+        Ok(spec) => spec,
+        Err(problems) => {
+            if args.json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&problems).unwrap_or_default()
+                );
+            } else {
+                eprintln!("{problems}");
+                eprintln!("{} problem(s) in {}", problems.items.len(), problems.file);
+            }
+            return 1;
+        }
+    };
+    let app = match config::build::build_app(&spec, registry) {
+        Ok(app) => app,
+        Err(e) => {
+            eprintln!("{}: {e}", args.load.file.display());
+            return 1;
+        }
+    };
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&app.describe()).unwrap_or_default()
+        );
+    } else {
+        println!("Target: {}", args.load.file.display());
+        println!("App: {}", spec.name);
+        match spec.shutdown_timeout_s {
+            Some(s) => println!("Shutdown timeout: {s}s"),
+            None => println!("Shutdown timeout: none (waits for in-flight work)"),
+        }
+        println!("Resources: {}", spec.resources.len());
+        for r in &spec.resources {
+            println!("  - {} ({})", r.name, r.type_name);
+        }
+        println!("Tasks: {}", spec.tasks.len());
+        for t in &spec.tasks {
+            let handler = t
+                .handler
+                .as_ref()
+                .map_or("passthrough", |(r, _)| r.as_str());
+            println!(
+                "  - {}: source={} handler={} emit=[{}] concurrency={} retry={:?}",
+                t.name,
+                t.source.as_deref().unwrap_or("-"),
+                handler,
+                t.emit.join(", "),
+                t.concurrency,
+                t.retry
+            );
+        }
+    }
+    if args.connect {
+        return connect(
+            &spec,
+            registry,
+            Duration::from_secs_f64(args.connect_timeout.max(0.1)),
+        )
+        .await;
+    }
+    0
+}
+
+/// Opens and closes every resource; prints one line each.
+async fn connect(spec: &config::AppSpec, registry: &Registry, timeout: Duration) -> u8 {
+    let mut ctx = config::build::BuildContext::new(registry, &spec.resources);
+    let mut failed = 0;
+    for r in &spec.resources {
+        let built = match ctx.get(&r.name) {
+            Ok(b) => b,
+            Err(e) => {
+                println!("  x {}: {e}", r.name);
+                failed += 1;
+                continue;
+            }
+        };
+        let resource: std::sync::Arc<dyn onestep_core::Resource> = match built {
+            Built::Source(s) => s,
+            Built::Sink(s) => s,
+            Built::Queue(q) => q,
+            Built::Connector { lifecycle, .. } => lifecycle,
+        };
+        let outcome = tokio::time::timeout(timeout, async {
+            resource.open().await?;
+            resource.close().await
+        })
+        .await;
+        match outcome {
+            Ok(Ok(())) => println!("  ok {}", r.name),
+            Ok(Err(e)) => {
+                println!("  x {}: {e}", r.name);
+                failed += 1;
+            }
+            Err(_) => {
+                println!(
+                    "  x {}: did not open within {:.1}s",
+                    r.name,
+                    timeout.as_secs_f64()
+                );
+                failed += 1;
+            }
+        }
+    }
+    u8::from(failed > 0)
+}

@@ -1,0 +1,94 @@
+//! The subcommands. Exit codes: 0 ok, 1 problems found or runtime failure, 2 could not load.
+
+mod catalog;
+mod check;
+mod executions;
+mod init_db;
+mod run;
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+use crate::registry::Registry;
+
+static VERSION: std::sync::LazyLock<String> = std::sync::LazyLock::new(crate::version_text);
+
+/// Command-line arguments.
+#[derive(Debug, Parser)]
+#[command(name = "onestep", version = VERSION.as_str(), about = "Run and manage onestep workers and tracked executions")]
+pub struct Args {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the app a YAML file describes until SIGINT/SIGTERM.
+    ///
+    /// Example: `onestep run worker.yaml --log-level debug`
+    Run(run::RunArgs),
+    /// Validate a YAML file; `--strict` reports every problem with its path, line and column.
+    ///
+    /// Example: `onestep check --strict worker.yaml`
+    Check(check::CheckArgs),
+    /// Create the execution tables once, with a role allowed to run DDL (idempotent).
+    ///
+    /// Example: `onestep init-db --dsn postgres://migrator@db/app`
+    InitDb(init_db::InitDbArgs),
+    /// Inspect and manage executions (the seed documents' troubleshooting queries as commands).
+    ///
+    /// Example: `onestep executions stats --dsn postgres://app@db/app --namespace billing`
+    Executions(executions::ExecutionsArgs),
+    /// List resource types and their fields.
+    ///
+    /// Example: `onestep catalog --json`
+    Catalog(catalog::CatalogArgs),
+}
+
+/// Options shared by commands that load a YAML file.
+#[derive(Debug, clap::Args)]
+pub struct LoadArgs {
+    /// The YAML file (`apiVersion: onestep/v1alpha1`, `kind: App`).
+    pub file: PathBuf,
+    /// A `.env` file (wins over `app.env_file` and a `.env` next to the YAML).
+    #[arg(long)]
+    pub env_file: Option<PathBuf>,
+    /// Fail when a `${VAR}` without default is not set.
+    #[arg(long)]
+    pub strict_env: bool,
+}
+
+impl LoadArgs {
+    fn options(&self) -> crate::config::LoadOptions {
+        crate::config::LoadOptions {
+            env_file: self.env_file.clone(),
+            strict_env: self.strict_env,
+        }
+    }
+}
+
+/// Runs the parsed command.
+pub async fn dispatch(args: Args, registry: &Registry) -> u8 {
+    match args.command {
+        Command::Run(a) => run::run(a, registry).await,
+        Command::Check(a) => check::check(a, registry).await,
+        Command::InitDb(a) => init_db::init_db(a).await,
+        Command::Executions(a) => executions::executions(a).await,
+        Command::Catalog(a) => catalog::catalog(a, registry),
+    }
+}
+
+/// Calls `$body` with the dialect type `D` matching the DSN's scheme.
+macro_rules! with_dialect {
+    ($dsn:expr, $f:ident ( $($arg:expr),* )) => {{
+        match onestep_sql::dsn::Dsn::parse($dsn).map(|d| d.scheme().to_string()) {
+            Ok(s) if s == "postgres" => $f::<onestep_sql::postgres::Postgres>($($arg),*).await,
+            Ok(s) if s == "mysql" => $f::<onestep_sql::mysql::MySql>($($arg),*).await,
+            Ok(s) if s == "sqlite" => $f::<onestep_sql::sqlite::Sqlite>($($arg),*).await,
+            Ok(s) => Err(anyhow::anyhow!("unsupported dsn scheme {s:?}")),
+            Err(e) => Err(anyhow::anyhow!("--dsn {e}")),
+        }
+    }};
+}
+pub(crate) use with_dialect;

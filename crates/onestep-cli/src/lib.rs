@@ -1,0 +1,139 @@
+//! # onestep-cli
+//!
+//! The `onestep` command: `check` and `run` YAML-configured workers, `init-db` the execution
+//! tables, inspect and manage executions (`executions stats|list|get|attempts|cancel|result|prune`),
+//! and list resource types (`catalog`).
+//!
+//! Handlers in YAML are references resolved against a registry. The stock binary registers
+//! `onestep:echo`, `onestep:sleep`, `onestep:fail` and `onestep:exec`; your own binary adds yours
+//! and gets every subcommand:
+//!
+//! ```no_run
+//! use onestep_core::{TaskContext, TaskError};
+//!
+//! async fn run_agent(_ctx: TaskContext, input: serde_json::Value) -> Result<serde_json::Value, TaskError> {
+//!     Ok(serde_json::json!({"answer": input["question"]}))
+//! }
+//!
+//! fn main() -> std::process::ExitCode {
+//!     onestep_cli::Cli::new().handler("app.handlers:run_agent", run_agent).run()
+//! }
+//! ```
+
+pub mod builtin;
+pub mod command;
+pub mod config;
+pub mod registry;
+pub mod resource;
+
+use std::future::Future;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::Parser;
+use onestep_core::{TaskContext, TaskError};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+pub use registry::Registry;
+
+/// The `onestep` command with a handler registry.
+#[derive(Clone)]
+pub struct Cli {
+    registry: Registry,
+}
+
+impl Default for Cli {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Cli {
+    /// The command with the built-in handlers and resource types.
+    pub fn new() -> Self {
+        Self {
+            registry: Registry::with_builtins(),
+        }
+    }
+
+    /// Registers `handler` under `reference` (as written in YAML `handler.ref`).
+    pub fn handler<I, O, E, F, Fut>(mut self, reference: &str, handler: F) -> Self
+    where
+        I: DeserializeOwned + Send + 'static,
+        O: Serialize + Send + 'static,
+        E: Into<TaskError> + Send + 'static,
+        F: Fn(TaskContext, I) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<O, E>> + Send + 'static,
+    {
+        self.registry.handler(reference, handler);
+        self
+    }
+
+    /// Registers a handler that also receives YAML `handler.params`.
+    pub fn handler_with_params<I, O, E, F, Fut>(mut self, reference: &str, handler: F) -> Self
+    where
+        I: DeserializeOwned + Send + 'static,
+        O: Serialize + Send + 'static,
+        E: Into<TaskError> + Send + 'static,
+        F: Fn(TaskContext, I, Arc<Value>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<O, E>> + Send + 'static,
+    {
+        self.registry.handler_with_params(reference, handler);
+        self
+    }
+
+    /// Registers a resource type.
+    pub fn resource_type(mut self, rtype: registry::ResourceType) -> Self {
+        self.registry.add_resource_type(rtype);
+        self
+    }
+
+    /// The registry.
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// Parses the process arguments and runs the command; the exit code is the command's.
+    pub fn run(self) -> ExitCode {
+        self.run_from(std::env::args_os())
+    }
+
+    /// Parses `args` (the first is the program name) and runs the command.
+    pub fn run_from<I, T>(self, args: I) -> ExitCode
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        let args = match command::Args::try_parse_from(args) {
+            Ok(args) => args,
+            Err(err) => {
+                let _ = err.print();
+                return ExitCode::from(if err.use_stderr() { 2 } else { 0 });
+            }
+        };
+        let runtime = match tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+        {
+            Ok(rt) => rt,
+            Err(err) => {
+                eprintln!("onestep: cannot start the async runtime: {err}");
+                return ExitCode::from(1);
+            }
+        };
+        ExitCode::from(runtime.block_on(command::dispatch(args, &self.registry)))
+    }
+}
+
+/// The versions of the crates in this binary.
+pub fn version_text() -> String {
+    format!(
+        "{} (onestep-core {}, onestep-sql {}, onestep-cli {})",
+        env!("CARGO_PKG_VERSION"),
+        onestep_core::VERSION,
+        onestep_sql::VERSION,
+        env!("CARGO_PKG_VERSION")
+    )
+}

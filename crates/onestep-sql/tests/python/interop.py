@@ -1,0 +1,230 @@
+"""The Python side of `tests/python_interop.rs`: the real reference (onestep 1.15.0 +
+onestep-sql 0.7.1) driven from the Rust tests.
+
+Usage: interop.py COMMAND < JSON-ARGS (a JSON object on standard input, UTF-8). Prints exactly one JSON line on stdout:
+``{"ok": true, ...}`` or ``{"ok": false, "error": "<exception class>", "message": "..."}``
+(expected errors, such as ExecutionConflict, are reported this way; tracebacks go to stderr).
+
+Every command takes ``backend`` ("postgres" or "mysql"), ``dsn`` (an SQLAlchemy async URL:
+``postgresql+psycopg://…`` or ``mysql+asyncmy://…``), ``table``, ``attempts_table`` and
+optionally ``auto_create`` (default true). Values in payloads, metadata and results travel in
+the tagged JSON of ``onestep.capture.codec`` (``{"$onestep": {"type": "datetime", …}}``), decoded
+into Python objects on the way in and encoded on the way out. Ids are strings.
+
+Commands:
+  versions       -> installed onestep / onestep-sql / SQLAlchemy versions
+  create-tables  -> opens a backend with auto_create=True and closes it
+  submit         namespace, task, payload, [metadata, idempotency_key, delay_s, expires_at (ISO
+                 8601 with an offset)] -> {"execution": …}
+  get            namespace, id -> {"execution": … | null}
+  result         namespace, id -> {"result": …} or the client's exception
+  list           namespace, [task, status, limit, cursor] -> {"items": [...], "next_cursor": …}
+  cancel         namespace, id, [reason] -> {"execution": … | null}
+  work           namespace, task, ids, [timeout_s, lease_duration_s, heartbeat_interval_s,
+                 poll_interval_s] -> runs a OneStepApp worker with an execution source until every
+                 id is terminal (or the timeout), then {"handled": [...], "statuses": {...},
+                 "timed_out": bool}. The handler returns {"doubled": n * 2, "worker": "python",
+                 "echo": payload.get("echo")}, sleeps payload["sleep_s"] first when given, and
+                 raises ValueError when payload["fail"] is true.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import sys
+import time
+import traceback
+from datetime import datetime
+from importlib.metadata import version
+from typing import Any
+
+from onestep import ExecutionClient, ExecutionStatus, OneStepApp
+from onestep.capture.codec import decode_value, encode_value
+
+TERMINAL = {"succeeded", "failed", "cancelled", "expired"}
+
+
+def make_backend(args: dict[str, Any], *, auto_create: bool | None = None) -> Any:
+    options = {
+        "dsn": args["dsn"],
+        "table": args["table"],
+        "attempts_table": args["attempts_table"],
+        "auto_create": args.get("auto_create", True) if auto_create is None else auto_create,
+    }
+    if args["backend"] == "postgres":
+        from onestep_sql.postgres import PostgresExecutionBackend
+
+        return PostgresExecutionBackend(**options)
+    if args["backend"] == "mysql":
+        from onestep_sql.mysql import MySQLExecutionBackend
+
+        return MySQLExecutionBackend(**options)
+    raise ValueError(f"unknown backend {args['backend']!r}")
+
+
+def iso(value: datetime | None) -> str | None:
+    return None if value is None else value.isoformat()
+
+
+def execution_json(execution: Any) -> dict[str, Any] | None:
+    if execution is None:
+        return None
+    return {
+        "id": str(execution.id),
+        "namespace": execution.namespace,
+        "task_name": execution.task_name,
+        "status": execution.status.value,
+        "payload": encode_value(execution.payload),
+        "metadata": encode_value(dict(execution.metadata)),
+        "result": encode_value(execution.result),
+        "error": None if execution.error is None else dataclasses.asdict(execution.error),
+        "attempts": execution.attempts,
+        "version": execution.version,
+        "created_at": iso(execution.created_at),
+        "available_at": iso(execution.available_at),
+        "started_at": iso(execution.started_at),
+        "finished_at": iso(execution.finished_at),
+        "cancel_requested_at": iso(execution.cancel_requested_at),
+        "expires_at": iso(execution.expires_at),
+    }
+
+
+def failure(exc: BaseException) -> dict[str, Any]:
+    out: dict[str, Any] = {"ok": False, "error": type(exc).__name__, "message": str(exc)}
+    execution = getattr(exc, "execution", None)
+    if execution is not None:
+        out["execution"] = execution_json(execution)
+    return out
+
+
+async def cmd_versions(args: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "onestep": version("onestep"),
+        "onestep_sql": version("onestep-sql"),
+        "sqlalchemy": version("SQLAlchemy"),
+    }
+
+
+async def cmd_create_tables(args: dict[str, Any]) -> dict[str, Any]:
+    backend = make_backend(args, auto_create=True)
+    await backend.open()
+    await backend.close()
+    return {}
+
+
+async def cmd_submit(args: dict[str, Any]) -> dict[str, Any]:
+    expires_at = args.get("expires_at")
+    async with ExecutionClient(make_backend(args), namespace=args["namespace"]) as client:
+        execution = await client.submit(
+            args["task"],
+            decode_value(args["payload"]),
+            idempotency_key=args.get("idempotency_key"),
+            metadata=decode_value(args.get("metadata") or {}),
+            delay_s=args.get("delay_s"),
+            expires_at=None if expires_at is None else datetime.fromisoformat(expires_at),
+        )
+    return {"execution": execution_json(execution)}
+
+
+async def cmd_get(args: dict[str, Any]) -> dict[str, Any]:
+    async with ExecutionClient(make_backend(args), namespace=args["namespace"]) as client:
+        return {"execution": execution_json(await client.get(args["id"]))}
+
+
+async def cmd_result(args: dict[str, Any]) -> dict[str, Any]:
+    async with ExecutionClient(make_backend(args), namespace=args["namespace"]) as client:
+        return {"result": encode_value(await client.result(args["id"]))}
+
+
+async def cmd_list(args: dict[str, Any]) -> dict[str, Any]:
+    status = args.get("status")
+    async with ExecutionClient(make_backend(args), namespace=args["namespace"]) as client:
+        page = await client.list(
+            task_name=args.get("task"),
+            status=None if status is None else ExecutionStatus(status),
+            limit=args.get("limit", 50),
+            cursor=args.get("cursor"),
+        )
+    return {"items": [execution_json(e) for e in page.items], "next_cursor": page.next_cursor}
+
+
+async def cmd_cancel(args: dict[str, Any]) -> dict[str, Any]:
+    async with ExecutionClient(make_backend(args), namespace=args["namespace"]) as client:
+        execution = await client.cancel(args["id"], reason=args.get("reason"))
+    return {"execution": execution_json(execution)}
+
+
+async def cmd_work(args: dict[str, Any]) -> dict[str, Any]:
+    namespace, task, ids = args["namespace"], args["task"], list(args["ids"])
+    worker_backend = make_backend(args)
+    source = worker_backend.source(
+        namespace=namespace,
+        task_names=[task],
+        batch_size=args.get("batch_size", 10),
+        poll_interval_s=args.get("poll_interval_s", 0.05),
+        lease_duration_s=args.get("lease_duration_s", 30.0),
+        heartbeat_interval_s=args.get("heartbeat_interval_s", 0.5),
+        worker_id="python-interop-worker",
+    )
+    app = OneStepApp("python-interop", shutdown_timeout_s=10.0)
+    handled: list[str] = []
+
+    @app.task(name=task, source=source)
+    async def handler(ctx: Any, payload: Any) -> Any:
+        handled.append(ctx.current.meta["onestep.execution"]["id"])
+        if payload.get("sleep_s"):
+            await asyncio.sleep(payload["sleep_s"])
+        if payload.get("fail"):
+            raise ValueError("python handler failed on purpose")
+        return {"doubled": payload["n"] * 2, "worker": "python", "echo": payload.get("echo")}
+
+    serving = asyncio.create_task(app.serve())
+    statuses: dict[str, str | None] = {}
+    deadline = time.monotonic() + args.get("timeout_s", 20.0)
+    timed_out = False
+    async with ExecutionClient(make_backend(args), namespace=namespace) as watcher:
+        while True:
+            for execution_id in ids:
+                execution = await watcher.get(execution_id)
+                statuses[execution_id] = None if execution is None else execution.status.value
+            if all(status in TERMINAL for status in statuses.values()):
+                break
+            if serving.done() or time.monotonic() > deadline:
+                timed_out = not serving.done()
+                break
+            await asyncio.sleep(0.05)
+    app.request_shutdown()
+    await asyncio.wait_for(serving, timeout=15.0)
+    return {"handled": handled, "statuses": statuses, "timed_out": timed_out}
+
+
+COMMANDS = {
+    "versions": cmd_versions,
+    "create-tables": cmd_create_tables,
+    "submit": cmd_submit,
+    "get": cmd_get,
+    "result": cmd_result,
+    "list": cmd_list,
+    "cancel": cmd_cancel,
+    "work": cmd_work,
+}
+
+
+def main() -> int:
+    if len(sys.argv) != 2 or sys.argv[1] not in COMMANDS:
+        print(f"usage: interop.py {{{'|'.join(COMMANDS)}}} < JSON-ARGS", file=sys.stderr)
+        return 2
+    args = json.loads(sys.stdin.buffer.read().decode("utf-8"))
+    try:
+        out = {"ok": True, **asyncio.run(COMMANDS[sys.argv[1]](args))}
+    except Exception as exc:  # reported to the Rust side by class name
+        traceback.print_exc()
+        out = failure(exc)
+    print(json.dumps(out, sort_keys=True))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -148,7 +148,8 @@ mod tests {
         let err = parse("a: [1, 2\n").unwrap_err();
         assert!(err.line >= 1);
         let err = parse("a: 1\na: 2\n").unwrap_err();
-        assert_eq!((err.line, err.message.as_str()), (2, "duplicate key \"a\""));
+        assert_eq!(err.line, 2);
+        assert!(err.message.contains("duplicate"), "{}", err.message);
     }
 
     #[test]

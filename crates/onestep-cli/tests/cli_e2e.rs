@@ -1,0 +1,174 @@
+//! The `onestep` binary end to end on a real PostgreSQL: init-db, run a YAML worker whose
+//! handler is `onestep:exec`, watch it with `onestep executions`, stop it with SIGTERM.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use onestep_core::execution::{ExecutionClient, SubmitOptions};
+use onestep_sql::BackendOptions;
+use onestep_sql::postgres::PostgresExecutionBackend;
+use serde_json::{Value, json};
+
+fn postgres_url() -> String {
+    std::env::var("ONESTEP_POSTGRES_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
+}
+
+fn onestep(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_onestep")).args(args).output().expect("the onestep binary runs")
+}
+
+fn text(o: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+}
+
+#[test]
+fn check_exit_codes_say_ok_problems_or_unloadable() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = dir.path().join("good.yaml");
+    std::fs::write(&good, "apiVersion: onestep/v1alpha1\nkind: App\napp: {name: x}\nresources:\n  q: {type: memory, maxsize: 1}\ntasks:\n  - {name: t, source: q, handler: onestep:echo}\n").unwrap();
+    let o = onestep(&["check", "--strict", good.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let o = onestep(&["check", "--json", good.to_str().unwrap()]);
+    let described: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(described["tasks"][0]["handler_ref"], "onestep:echo");
+    let bad = dir.path().join("bad.yaml");
+    std::fs::write(&bad, "apiVersion: onestep/v1alpha1\nkind: App\napp: {name: x}\ntasks:\n  - {name: t, handler: nope}\n").unwrap();
+    let o = onestep(&["check", "--strict", bad.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(text(&o).contains("bad.yaml:5:15: tasks[0].handler: handler \"nope\" is not registered"), "{}", text(&o));
+    let broken = dir.path().join("broken.yaml");
+    std::fs::write(&broken, "app: [unclosed\n").unwrap();
+    assert_eq!(onestep(&["check", broken.to_str().unwrap()]).status.code(), Some(2));
+    assert_eq!(onestep(&["check", "/nonexistent/worker.yaml"]).status.code(), Some(2));
+}
+
+#[test]
+fn run_executes_a_command_worker_and_executions_reports_the_states() {
+    let url = postgres_url();
+    let suffix = uuid::Uuid::new_v4().simple().to_string()[..10].to_string();
+    let (table, attempts) = (format!("cli{suffix}_executions"), format!("cli{suffix}_attempts"));
+    let namespace = format!("cli-{suffix}");
+
+    let init = onestep(&["init-db", "--dsn", &url, "--table", &table, "--attempts-table", &attempts]);
+    assert_eq!(init.status.code(), Some(0), "{}", text(&init));
+    assert!(text(&init).contains("created"), "{}", text(&init));
+    let again = onestep(&["init-db", "--dsn", &url, "--table", &table, "--attempts-table", &attempts]);
+    assert!(text(&again).contains("already exist"), "{}", text(&again));
+
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("worker.yaml");
+    let script = r#"p=$(cat); case "$p" in *fail*) echo "boom from the script" >&2; exit 3;; *) printf '{"echo": %s, "attempts": %s}' "$p" "$ONESTEP_ATTEMPTS";; esac"#;
+    std::fs::write(
+        &cfg,
+        format!(
+            "apiVersion: onestep/v1alpha1
+kind: App
+app:
+  name: cli-e2e
+  shutdown_timeout_s: 5
+  logging: {{level: info, format: json}}
+resources:
+  db: {{type: postgres, dsn: '{url}'}}
+  jobs:
+    type: postgres_execution_source
+    connector: db
+    namespace: {namespace}
+    task_names: [shell]
+    table: {table}
+    attempts_table: {attempts}
+    auto_create: false
+    poll_interval_s: 0.1
+    lease_duration_s: 6
+    heartbeat_interval_s: 1
+tasks:
+  - name: shell
+    source: jobs
+    handler:
+      ref: onestep:exec
+      params:
+        command: [sh, -c, {script:?}]
+    retry: {{type: max_attempts, max_attempts: 2}}
+"
+        ),
+    )
+    .unwrap();
+    assert_eq!(onestep(&["check", "--strict", cfg.to_str().unwrap()]).status.code(), Some(0));
+
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let options = BackendOptions { table: table.clone(), attempts_table: attempts.clone(), ..BackendOptions::default() };
+    let client = ExecutionClient::new(PostgresExecutionBackend::new(&url, options).unwrap(), &namespace).unwrap();
+    let ok = rt.block_on(client.submit("shell", &json!({"n": 2}), SubmitOptions::default())).unwrap();
+    let bad = rt.block_on(client.submit("shell", &json!({"please": "fail"}), SubmitOptions::default())).unwrap();
+
+    let mut worker = Command::new(env!("CARGO_BIN_EXE_onestep"))
+        .args(["run", cfg.to_str().unwrap()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let common = ["--dsn", url.as_str(), "--namespace", namespace.as_str(), "--table", table.as_str(), "--attempts-table", attempts.as_str()];
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let counts = loop {
+        let mut args = vec!["executions", "stats", "--json"];
+        args.extend(common);
+        let o = onestep(&args);
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+        let stats: Vec<Value> = serde_json::from_slice(&o.stdout).unwrap();
+        let count = |s: &str| stats.iter().find(|x| x["status"] == s).and_then(|x| x["count"].as_u64()).unwrap_or(0);
+        if count("succeeded") == 1 && count("failed") == 1 {
+            break (count("succeeded"), count("failed"), count("queued"));
+        }
+        assert!(Instant::now() < deadline, "executions did not finish: {stats:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_eq!(counts, (1, 1, 0));
+
+    let mut args = vec!["executions", "result"];
+    let ok_id = ok.id.to_string();
+    args.push(&ok_id);
+    args.extend(common);
+    let o = onestep(&args);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let result: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(result, json!({"echo": {"n": 2}, "attempts": 0}));
+
+    let bad_id = bad.id.to_string();
+    let mut args = vec!["executions", "result", bad_id.as_str()];
+    args.extend(common);
+    let o = onestep(&args);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(text(&o).contains("failed (error: ExecFailed)"), "{}", text(&o));
+
+    let mut args = vec!["executions", "attempts", bad_id.as_str(), "--json"];
+    args.extend(common);
+    let attempts_json: Vec<Value> = serde_json::from_slice(&onestep(&args).stdout).unwrap();
+    assert_eq!(attempts_json.iter().map(|a| a["status"].as_str().unwrap()).collect::<Vec<_>>(), ["retrying", "failed"]);
+
+    let mut args = vec!["executions", "list", "--json"];
+    args.extend(common);
+    let page: Value = serde_json::from_slice(&onestep(&args).stdout).unwrap();
+    assert_eq!(page["items"].as_array().unwrap().len(), 2);
+
+    let status = Command::new("kill").args(["-TERM", &worker.id().to_string()]).status().unwrap();
+    assert!(status.success());
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let code = loop {
+        if let Some(s) = worker.try_wait().unwrap() {
+            break s.code();
+        }
+        assert!(Instant::now() < deadline, "the worker did not stop on SIGTERM");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let out = worker.wait_with_output().unwrap();
+    assert_eq!(code, Some(0), "{}", text(&out));
+    let logs = String::from_utf8_lossy(&out.stdout);
+    assert!(logs.lines().any(|l| l.contains("\"event_kind\":\"succeeded\"")), "structured JSON logs: {logs}");
+
+    let mut args = vec!["executions", "prune", "--finished-before", "0s", "--dry-run"];
+    args.extend(common);
+    assert!(text(&onestep(&args)).contains("would delete 2 terminal execution(s)"));
+    let mut args = vec!["executions", "prune", "--finished-before", "0s"];
+    args.extend(common);
+    assert!(text(&onestep(&args)).contains("deleted 2 terminal execution(s)"));
+}

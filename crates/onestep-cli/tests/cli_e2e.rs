@@ -172,3 +172,49 @@ tasks:
     args.extend(common);
     assert!(text(&onestep(&args)).contains("deleted 2 terminal execution(s)"));
 }
+
+fn workspace() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+#[test]
+fn example_configs_pass_the_strict_check() {
+    let dir = workspace().join("examples");
+    let mut checked = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "yaml") {
+            let o = onestep(&["check", "--strict", path.to_str().unwrap()]);
+            assert_eq!(o.status.code(), Some(0), "{}: {}", path.display(), text(&o));
+            checked += 1;
+        }
+    }
+    assert!(checked >= 3, "examples for sqlite, postgres and mysql");
+}
+
+#[test]
+fn the_sqlite_example_runs_a_submitted_execution_and_stops_on_sigterm() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("example.db");
+    let dsn = format!("sqlite://{}", db.display());
+    let namespace = format!("ex-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let backend = onestep_sql::sqlite::SqliteExecutionBackend::new(&dsn, BackendOptions::default()).unwrap();
+    let client = ExecutionClient::new(backend, &namespace).unwrap();
+    let e = rt.block_on(client.submit("report", &json!({"month": "2026-11"}), SubmitOptions::default())).unwrap();
+    let mut worker = Command::new(env!("CARGO_BIN_EXE_onestep"))
+        .args(["run", workspace().join("examples/sqlite-worker.yaml").to_str().unwrap()])
+        .env("ONESTEP_SQLITE_DSN", &dsn)
+        .env("ONESTEP_NAMESPACE", &namespace)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let done = rt.block_on(client.wait(e.id, Duration::from_secs(30)));
+    Command::new("kill").args(["-TERM", &worker.id().to_string()]).status().unwrap();
+    let out = worker.wait_with_output().unwrap();
+    let done = done.unwrap_or_else(|err| panic!("{err}: {}", String::from_utf8_lossy(&out.stderr)));
+    assert_eq!(done.status.as_str(), "succeeded");
+    assert_eq!(done.result, Some(json!({"month": "2026-11", "rows": 42})));
+    assert_eq!(out.status.code(), Some(0));
+}

@@ -1,0 +1,452 @@
+//! # onestep-http
+//!
+//! The HTTP API the seed documents build by hand in FastAPI, ready to mount: a [`Router`] over an
+//! [`ExecutionClient`] with
+//!
+//! | method and path | does | answers |
+//! |---|---|---|
+//! | `POST /v1/executions` | submit (`Idempotency-Key` header required) | 202 + execution |
+//! | `GET /v1/executions` | list newest first (`task_name`, `status`, `limit`, `cursor`) | `{items, next_cursor}` |
+//! | `GET /v1/executions/{id}` | one execution | execution |
+//! | `POST /v1/executions/{id}/cancel` | cancel (`{"reason": …}` optional) | execution |
+//! | `GET /v1/executions/{id}/result` | the result, never waits | `{"result": …}` |
+//! | `GET /healthz` | checks the store | `{"status": "ok"}` |
+//! | `GET /openapi.json` | the API description | OpenAPI 3.1 |
+//!
+//! Errors are `{"detail": "…"}`: 400 malformed JSON, 401 unauthorized, 404 unknown id, 409
+//! conflict / not ready / cancelled, 410 expired, 413 body too large, 422 failed / invalid /
+//! unencodable, 503 store unavailable.
+//!
+//! ```no_run
+//! use onestep_core::execution::{ExecutionClient, MemoryExecutionBackend};
+//! use onestep_http::ExecutionApi;
+//!
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! let client = ExecutionClient::new(MemoryExecutionBackend::new(), "agents")?;
+//! let router = ExecutionApi::new(client)
+//!     .allow_tasks(["run_agent"])
+//!     .bearer_token("s3cret")
+//!     .metadata_injector(|headers, _principal| {
+//!         let mut m = serde_json::Map::new();
+//!         if let Some(tenant) = headers.get("x-tenant").and_then(|v| v.to_str().ok()) {
+//!             m.insert("tenant".into(), tenant.into());
+//!         }
+//!         m
+//!     })
+//!     .router();
+//! let listener = onestep_http::bind("127.0.0.1:8080").await?;
+//! onestep_http::serve(listener, router, std::future::pending()).await?;
+//! # Ok(()) }
+//! ```
+
+pub mod client;
+mod error;
+mod openapi;
+mod view;
+
+use std::collections::BTreeSet;
+use std::future::Future;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::{DefaultBodyLimit, Path, RawQuery, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use onestep_core::execution::{
+    ExecutionBackend, ExecutionClient, ExecutionStatus, SubmitOptions, client::parse_id,
+};
+use serde_json::{Map, Value, json};
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
+
+pub use error::ApiError;
+pub use view::{execution_view, plain_json};
+
+/// Decides whether a request may use the API; returns a principal passed to the metadata
+/// injector, or the error to answer (usually 401).
+pub type Authorizer = Arc<dyn Fn(&HeaderMap) -> Result<Value, ApiError> + Send + Sync>;
+
+/// Adds server-side metadata (tenant, requester) to every submission; its keys replace the
+/// client's, so callers cannot forge them.
+pub type MetadataInjector = Arc<dyn Fn(&HeaderMap, &Value) -> Map<String, Value> + Send + Sync>;
+
+/// The default request body limit: the payload limit (1 MiB) plus room for metadata and JSON.
+pub const DEFAULT_MAX_BODY_BYTES: usize = 1_048_576 + 65_536 + 16_384;
+
+struct Shared<B> {
+    client: ExecutionClient<B>,
+    allowed: Option<BTreeSet<String>>,
+    authorizer: Option<Authorizer>,
+    injector: Option<MetadataInjector>,
+    max_body_bytes: usize,
+}
+
+/// Builds the `/v1/executions` router.
+pub struct ExecutionApi<B> {
+    shared: Shared<B>,
+}
+
+impl<B: ExecutionBackend + Clone + 'static> ExecutionApi<B> {
+    /// An API over `client` (its namespace is the API's), accepting every task name.
+    pub fn new(client: ExecutionClient<B>) -> Self {
+        Self {
+            shared: Shared {
+                client,
+                allowed: None,
+                authorizer: None,
+                injector: None,
+                max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            },
+        }
+    }
+
+    /// Accepts only these task names (others get 422 "unsupported task_name").
+    pub fn allow_tasks<I, S>(mut self, tasks: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.shared.allowed = Some(tasks.into_iter().map(Into::into).collect());
+        self
+    }
+
+    /// Checks every `/v1` request with `authorizer`.
+    pub fn authorizer(
+        mut self,
+        authorizer: impl Fn(&HeaderMap) -> Result<Value, ApiError> + Send + Sync + 'static,
+    ) -> Self {
+        self.shared.authorizer = Some(Arc::new(authorizer));
+        self
+    }
+
+    /// Requires `Authorization: Bearer <token>` on every `/v1` request.
+    pub fn bearer_token(self, token: impl Into<String>) -> Self {
+        let expected = format!("Bearer {}", token.into());
+        self.authorizer(move |headers| {
+            match headers.get("authorization").and_then(|v| v.to_str().ok()) {
+                Some(given) if constant_time_eq(given.as_bytes(), expected.as_bytes()) => {
+                    Ok(json!({"auth": "bearer"}))
+                }
+                _ => Err(ApiError::new(
+                    StatusCode::UNAUTHORIZED,
+                    "missing or invalid bearer token",
+                )),
+            }
+        })
+    }
+
+    /// Adds server-side metadata to every submission.
+    pub fn metadata_injector(
+        mut self,
+        injector: impl Fn(&HeaderMap, &Value) -> Map<String, Value> + Send + Sync + 'static,
+    ) -> Self {
+        self.shared.injector = Some(Arc::new(injector));
+        self
+    }
+
+    /// Rejects request bodies larger than `bytes` with 413.
+    pub fn max_body_bytes(mut self, bytes: usize) -> Self {
+        self.shared.max_body_bytes = bytes;
+        self
+    }
+
+    /// The router.
+    pub fn router(self) -> Router {
+        let shared = Arc::new(self.shared);
+        Router::new()
+            .route("/v1/executions", post(submit::<B>).get(list::<B>))
+            .route("/v1/executions/{id}", get(get_one::<B>))
+            .route("/v1/executions/{id}/cancel", post(cancel::<B>))
+            .route("/v1/executions/{id}/result", get(result::<B>))
+            .route("/healthz", get(health::<B>))
+            .route(
+                "/openapi.json",
+                get(|| async { axum::Json(openapi::document()) }),
+            )
+            .fallback(|| async {
+                ApiError::new(StatusCode::NOT_FOUND, "no such endpoint; see /openapi.json")
+            })
+            .layer(DefaultBodyLimit::disable())
+            .with_state(shared)
+    }
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+impl<B> Shared<B> {
+    fn authorize(&self, headers: &HeaderMap) -> Result<Value, ApiError> {
+        match &self.authorizer {
+            Some(a) => a(headers),
+            None => Ok(Value::Null),
+        }
+    }
+}
+
+async fn read_body(body: Body, limit: usize) -> Result<Bytes, ApiError> {
+    axum::body::to_bytes(body, limit).await.map_err(|_| {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("request body exceeds {limit} bytes"),
+        )
+    })
+}
+
+fn parse_json(bytes: &[u8]) -> Result<Value, ApiError> {
+    let text = std::str::from_utf8(bytes)
+        .map_err(|_| ApiError::bad_request("request body is not valid UTF-8"))?;
+    serde_json::from_str(text)
+        .map_err(|e| ApiError::bad_request(format!("malformed JSON body: {e}")))
+}
+
+fn id_of(raw: &str) -> Result<uuid::Uuid, ApiError> {
+    parse_id(raw)
+        .map_err(|_| ApiError::unprocessable(format!("execution_id must be a UUID, got {raw:?}")))
+}
+
+const SUBMIT_FIELDS: [&str; 5] = ["task_name", "payload", "metadata", "delay_s", "expires_at"];
+
+async fn submit<B: ExecutionBackend + Clone + 'static>(
+    State(s): State<Arc<Shared<B>>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let principal = s.authorize(&headers)?;
+    let key = match headers.get("idempotency-key").map(|v| v.to_str()) {
+        None => {
+            return Err(ApiError::unprocessable(
+                "header Idempotency-Key is required (1..255 characters)",
+            ));
+        }
+        Some(Err(_)) => {
+            return Err(ApiError::unprocessable(
+                "header Idempotency-Key must be visible ASCII",
+            ));
+        }
+        Some(Ok(k)) if k.trim().is_empty() || k.chars().count() > 255 => {
+            return Err(ApiError::unprocessable(format!(
+                "header Idempotency-Key must be 1..255 characters, got {}",
+                k.chars().count()
+            )));
+        }
+        Some(Ok(k)) => k.trim().to_string(),
+    };
+    let body = parse_json(&read_body(body, s.max_body_bytes).await?)?;
+    let Value::Object(mut body) = body else {
+        return Err(ApiError::unprocessable(
+            "request body must be a JSON object",
+        ));
+    };
+    if let Some(unknown) = body.keys().find(|k| !SUBMIT_FIELDS.contains(&k.as_str())) {
+        return Err(ApiError::unprocessable(format!(
+            "unknown field {unknown:?}; expected {}",
+            SUBMIT_FIELDS.join(", ")
+        )));
+    }
+    let task = match body.remove("task_name") {
+        Some(Value::String(t)) => t,
+        Some(_) => return Err(ApiError::unprocessable("task_name must be a string")),
+        None => return Err(ApiError::unprocessable("task_name is required")),
+    };
+    if s.allowed.as_ref().is_some_and(|a| !a.contains(&task)) {
+        return Err(ApiError::unprocessable("unsupported task_name"));
+    }
+    let Some(payload) = body.remove("payload") else {
+        return Err(ApiError::unprocessable(
+            "payload is required (use null for none)",
+        ));
+    };
+    let mut metadata = match body.remove("metadata") {
+        None | Some(Value::Null) => Map::new(),
+        Some(Value::Object(m)) => m,
+        Some(_) => return Err(ApiError::unprocessable("metadata must be a JSON object")),
+    };
+    if let Some(injector) = &s.injector {
+        metadata.extend(injector(&headers, &principal));
+    }
+    let delay_s = match body.remove("delay_s") {
+        None | Some(Value::Null) => None,
+        Some(Value::Number(n)) => n.as_f64(),
+        Some(_) => {
+            return Err(ApiError::unprocessable(
+                "delay_s must be a number of seconds",
+            ));
+        }
+    };
+    let expires_at = match body.remove("expires_at") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(t)) => Some(parse_aware(&t)?),
+        Some(_) => {
+            return Err(ApiError::unprocessable(
+                "expires_at must be an ISO 8601 string with an offset",
+            ));
+        }
+    };
+    let options = SubmitOptions {
+        idempotency_key: Some(key),
+        metadata,
+        delay_s,
+        expires_at,
+    };
+    let execution = s.client.submit(&task, &payload, options).await?;
+    Ok((StatusCode::ACCEPTED, axum::Json(execution_view(&execution))).into_response())
+}
+
+/// Parses an ISO 8601 time that must carry an offset.
+fn parse_aware(text: &str) -> Result<OffsetDateTime, ApiError> {
+    OffsetDateTime::parse(text, &Rfc3339).or_else(|_| {
+        if time::PrimitiveDateTime::parse(
+            text,
+            &time::format_description::well_known::Iso8601::DEFAULT,
+        )
+        .is_ok()
+        {
+            Err(ApiError::unprocessable(
+                "expires_at must include a timezone",
+            ))
+        } else {
+            Err(ApiError::unprocessable(format!(
+                "expires_at must be an ISO 8601 time with an offset, got {text:?}"
+            )))
+        }
+    })
+}
+
+async fn list<B: ExecutionBackend + Clone + 'static>(
+    State(s): State<Arc<Shared<B>>>,
+    headers: HeaderMap,
+    RawQuery(query): RawQuery,
+) -> Result<Response, ApiError> {
+    s.authorize(&headers)?;
+    let pairs: Vec<(String, String)> =
+        serde_urlencoded::from_str(query.as_deref().unwrap_or(""))
+            .map_err(|e| ApiError::bad_request(format!("malformed query string: {e}")))?;
+    let (mut task, mut status, mut limit, mut cursor) = (None, None, 50u32, None);
+    for (k, v) in pairs {
+        match k.as_str() {
+            "task_name" => task = Some(v),
+            "status" => {
+                status = Some(
+                    v.parse::<ExecutionStatus>()
+                        .map_err(|e| ApiError::unprocessable(e.to_string()))?,
+                )
+            }
+            "limit" => {
+                limit = v.parse().map_err(|_| {
+                    ApiError::unprocessable(format!(
+                        "limit must be an integer between 1 and 200, got {v:?}"
+                    ))
+                })?
+            }
+            "cursor" => cursor = Some(v),
+            other => {
+                return Err(ApiError::unprocessable(format!(
+                    "unknown query parameter {other:?}; expected task_name, status, limit, cursor"
+                )));
+            }
+        }
+    }
+    let page = s
+        .client
+        .list(task.as_deref(), status, limit, cursor.as_deref())
+        .await?;
+    let items: Vec<Value> = page.items.iter().map(execution_view).collect();
+    Ok(axum::Json(json!({"items": items, "next_cursor": page.next_cursor})).into_response())
+}
+
+async fn get_one<B: ExecutionBackend + Clone + 'static>(
+    State(s): State<Arc<Shared<B>>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    s.authorize(&headers)?;
+    match s.client.get(id_of(&id)?).await? {
+        Some(e) => Ok(axum::Json(execution_view(&e)).into_response()),
+        None => Err(ApiError::new(StatusCode::NOT_FOUND, "execution not found")),
+    }
+}
+
+async fn cancel<B: ExecutionBackend + Clone + 'static>(
+    State(s): State<Arc<Shared<B>>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    body: Body,
+) -> Result<Response, ApiError> {
+    s.authorize(&headers)?;
+    let id = id_of(&id)?;
+    let bytes = read_body(body, 16_384).await?;
+    let reason = if bytes.iter().all(u8::is_ascii_whitespace) {
+        None
+    } else {
+        match parse_json(&bytes)? {
+            Value::Object(m) => {
+                if let Some(unknown) = m.keys().find(|k| *k != "reason") {
+                    return Err(ApiError::unprocessable(format!(
+                        "unknown field {unknown:?}; expected reason"
+                    )));
+                }
+                match m.get("reason") {
+                    None | Some(Value::Null) => None,
+                    Some(Value::String(r)) => Some(r.clone()),
+                    Some(_) => {
+                        return Err(ApiError::unprocessable("reason must be a string or null"));
+                    }
+                }
+            }
+            _ => {
+                return Err(ApiError::unprocessable(
+                    "request body must be a JSON object",
+                ));
+            }
+        }
+    };
+    match s.client.cancel(id, reason.as_deref()).await? {
+        Some(e) => Ok(axum::Json(execution_view(&e)).into_response()),
+        None => Err(ApiError::new(StatusCode::NOT_FOUND, "execution not found")),
+    }
+}
+
+async fn result<B: ExecutionBackend + Clone + 'static>(
+    State(s): State<Arc<Shared<B>>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    s.authorize(&headers)?;
+    let value: Value = s.client.result(id_of(&id)?).await?;
+    Ok(axum::Json(json!({"result": plain_json(&value)})).into_response())
+}
+
+async fn health<B: ExecutionBackend + Clone + 'static>(
+    State(s): State<Arc<Shared<B>>>,
+) -> Result<Response, ApiError> {
+    s.client.get(uuid::Uuid::nil()).await?;
+    Ok(axum::Json(json!({"status": "ok", "namespace": s.client.namespace()})).into_response())
+}
+
+/// Binds `addr`; a taken port gives a message saying so.
+pub async fn bind(addr: &str) -> std::io::Result<tokio::net::TcpListener> {
+    tokio::net::TcpListener::bind(addr).await.map_err(|e| {
+        if e.kind() == std::io::ErrorKind::AddrInUse {
+            std::io::Error::new(
+                e.kind(),
+                format!("{addr} is already in use; pick another address with --listen"),
+            )
+        } else {
+            std::io::Error::new(e.kind(), format!("cannot listen on {addr}: {e}"))
+        }
+    })
+}
+
+/// Serves `router` on `listener` until `shutdown` completes (in-flight requests finish).
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    router: Router,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, router)
+        .with_graceful_shutdown(shutdown)
+        .await
+}

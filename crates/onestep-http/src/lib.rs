@@ -297,20 +297,14 @@ async fn submit<B: ExecutionBackend + Clone + 'static>(
 
 /// Parses an ISO 8601 time that must carry an offset.
 fn parse_aware(text: &str) -> Result<OffsetDateTime, ApiError> {
-    OffsetDateTime::parse(text, &Rfc3339).or_else(|_| {
-        if time::PrimitiveDateTime::parse(
-            text,
-            &time::format_description::well_known::Iso8601::DEFAULT,
-        )
-        .is_ok()
-        {
-            Err(ApiError::unprocessable(
-                "expires_at must include a timezone",
-            ))
+    OffsetDateTime::parse(text, &Rfc3339).map_err(|_| {
+        let iso = &time::format_description::well_known::Iso8601::DEFAULT;
+        if time::PrimitiveDateTime::parse(text, iso).is_ok() {
+            ApiError::unprocessable("expires_at must include a timezone")
         } else {
-            Err(ApiError::unprocessable(format!(
+            ApiError::unprocessable(format!(
                 "expires_at must be an ISO 8601 time with an offset, got {text:?}"
-            )))
+            ))
         }
     })
 }

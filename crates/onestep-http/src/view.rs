@@ -67,7 +67,7 @@ fn plain_tag(tag: &Map<String, Value>) -> Value {
         },
         Some("enum") => plain_json(&value),
         Some("namedtuple" | "tuple" | "set" | "frozenset") => {
-            tag.get("values").map_or(Value::Null, |v| plain_json(v))
+            tag.get("values").map_or(Value::Null, plain_json)
         }
         Some("mapping") => {
             let mut out = Map::new();

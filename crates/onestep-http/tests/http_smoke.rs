@@ -299,7 +299,9 @@ async fn hostile_requests_get_a_clear_4xx_and_write_nothing() {
     let backend = onestep_core::execution::MemoryExecutionBackend::new();
     let addr = start_api(backend.clone()).await;
     let valid = json!({"task_name": "smoke", "payload": {}});
-    let cases: Vec<(&str, Vec<(&str, String)>, Option<Value>, u16, &str)> = vec![
+    /// (what, headers, body, expected status, expected detail)
+    type Case<'a> = (&'a str, Vec<(&'a str, String)>, Option<Value>, u16, &'a str);
+    let cases: Vec<Case> = vec![
         (
             "missing key",
             vec![],

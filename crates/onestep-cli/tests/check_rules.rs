@@ -34,14 +34,20 @@ fn problems(yaml: &str) -> Vec<(String, String, Option<usize>)> {
     let doc = config::load(&path, &LoadOptions::default()).unwrap();
     match config::spec::validate(&doc, &Registry::with_builtins(), true) {
         Ok(_) => Vec::new(),
-        Err(p) => p.items.into_iter().map(|i| (i.path, i.message, i.line)).collect(),
+        Err(p) => p
+            .items
+            .into_iter()
+            .map(|i| (i.path, i.message, i.line))
+            .collect(),
     }
 }
 
 fn expect(yaml: &str, path: &str, message: &str) {
     let found = problems(yaml);
     assert!(
-        found.iter().any(|(p, m, _)| p == path && m.contains(message)),
+        found
+            .iter()
+            .any(|(p, m, _)| p == path && m.contains(message)),
         "expected a problem at {path} containing {message:?}; got {found:#?}"
     );
 }
@@ -53,39 +59,121 @@ fn the_valid_config_has_no_problems() {
 
 #[test]
 fn unknown_fields_are_reported_at_every_level_with_their_line() {
-    let yaml = VALID.replace("  name: demo\n", "  name: demo\n  colour: blue\n").replace("kind: App\n", "kind: App\nextra: 1\n");
+    let yaml = VALID
+        .replace("  name: demo\n", "  name: demo\n  colour: blue\n")
+        .replace("kind: App\n", "kind: App\nextra: 1\n");
     let found = problems(&yaml);
-    assert!(found.iter().any(|(p, m, line)| p == "app.colour" && m.starts_with("unknown field") && *line == Some(6)), "{found:?}");
-    assert!(found.iter().any(|(p, _, line)| p == "extra" && *line == Some(3)), "{found:?}");
-    expect(&VALID.replace("    handler: onestep:echo\n", "    handler: onestep:echo\n    priority: 3\n"), "tasks[0].priority", "unknown field");
-    expect(&VALID.replace("    maxsize: 10\n", "    maxsize: 10\n    colour: red\n"), "resources.queue.colour", "unsupported field for memory");
-    expect(&VALID.replace("    handler: onestep:echo\n", "    handler:\n      ref: onestep:echo\n      args: {}\n"), "tasks[0].handler.args", "unknown field");
+    assert!(
+        found.iter().any(|(p, m, line)| p == "app.colour"
+            && m.starts_with("unknown field")
+            && *line == Some(6)),
+        "{found:?}"
+    );
+    assert!(
+        found
+            .iter()
+            .any(|(p, _, line)| p == "extra" && *line == Some(3)),
+        "{found:?}"
+    );
+    expect(
+        &VALID.replace(
+            "    handler: onestep:echo\n",
+            "    handler: onestep:echo\n    priority: 3\n",
+        ),
+        "tasks[0].priority",
+        "unknown field",
+    );
+    expect(
+        &VALID.replace("    maxsize: 10\n", "    maxsize: 10\n    colour: red\n"),
+        "resources.queue.colour",
+        "unsupported field for memory",
+    );
+    expect(
+        &VALID.replace(
+            "    handler: onestep:echo\n",
+            "    handler:\n      ref: onestep:echo\n      args: {}\n",
+        ),
+        "tasks[0].handler.args",
+        "unknown field",
+    );
 }
 
 #[test]
 fn api_version_and_kind_must_be_the_supported_pair() {
-    expect(&VALID.replace("onestep/v1alpha1", "onestep/v2"), "apiVersion", "must be \"onestep/v1alpha1\"");
-    expect(&VALID.replace("kind: App", "kind: Job"), "kind", "must be \"App\"");
-    expect(&VALID.replace("kind: App\n", ""), "kind", "is required with apiVersion");
+    expect(
+        &VALID.replace("onestep/v1alpha1", "onestep/v2"),
+        "apiVersion",
+        "must be \"onestep/v1alpha1\"",
+    );
+    expect(
+        &VALID.replace("kind: App", "kind: Job"),
+        "kind",
+        "must be \"App\"",
+    );
+    expect(
+        &VALID.replace("kind: App\n", ""),
+        "kind",
+        "is required with apiVersion",
+    );
 }
 
 #[test]
 fn execution_source_options_follow_the_shared_rules() {
     let cases = [
-        ("    namespace: demo\n", "    namespace: ''\n", "resources.jobs.namespace", "must be a non-empty string"),
-        ("    task_names: [work]\n", "    task_names: [work, other]\n", "resources.jobs.task_names", "exactly one task name, got 2"),
-        ("    task_names: [work]\n", "    task_names: []\n", "resources.jobs.task_names", "exactly one task name, got 0"),
-        ("    task_names: [work]\n", "    task_names: [work]\n    batch_size: 0\n", "resources.jobs.batch_size", "must be an integer >= 1, got 0"),
-        ("    task_names: [work]\n", "    task_names: [work]\n    poll_interval_s: 0\n", "resources.jobs.poll_interval_s", "must be a finite number > 0"),
-        ("    task_names: [work]\n", "    task_names: [work]\n    lease_duration_s: -1\n", "resources.jobs.lease_duration_s", "must be a finite number > 0"),
+        (
+            "    namespace: demo\n",
+            "    namespace: ''\n",
+            "resources.jobs.namespace",
+            "must be a non-empty string",
+        ),
+        (
+            "    task_names: [work]\n",
+            "    task_names: [work, other]\n",
+            "resources.jobs.task_names",
+            "exactly one task name, got 2",
+        ),
+        (
+            "    task_names: [work]\n",
+            "    task_names: []\n",
+            "resources.jobs.task_names",
+            "exactly one task name, got 0",
+        ),
+        (
+            "    task_names: [work]\n",
+            "    task_names: [work]\n    batch_size: 0\n",
+            "resources.jobs.batch_size",
+            "must be an integer >= 1, got 0",
+        ),
+        (
+            "    task_names: [work]\n",
+            "    task_names: [work]\n    poll_interval_s: 0\n",
+            "resources.jobs.poll_interval_s",
+            "must be a finite number > 0",
+        ),
+        (
+            "    task_names: [work]\n",
+            "    task_names: [work]\n    lease_duration_s: -1\n",
+            "resources.jobs.lease_duration_s",
+            "must be a finite number > 0",
+        ),
         (
             "    task_names: [work]\n",
             "    task_names: [work]\n    lease_duration_s: 90\n    heartbeat_interval_s: 31\n",
             "resources.jobs.heartbeat_interval_s",
             "must be <= lease_duration_s / 3 (30), got 31",
         ),
-        ("    task_names: [work]\n", "    task_names: [work]\n    reclaim_batch_size: 0\n", "resources.jobs.reclaim_batch_size", ">= 1"),
-        ("    task_names: [work]\n", "    task_names: [work]\n    auto_create: maybe\n", "resources.jobs.auto_create", "expected true or false"),
+        (
+            "    task_names: [work]\n",
+            "    task_names: [work]\n    reclaim_batch_size: 0\n",
+            "resources.jobs.reclaim_batch_size",
+            ">= 1",
+        ),
+        (
+            "    task_names: [work]\n",
+            "    task_names: [work]\n    auto_create: maybe\n",
+            "resources.jobs.auto_create",
+            "expected true or false",
+        ),
     ];
     for (from, to, path, message) in cases {
         expect(&VALID.replace(from, to), path, message);
@@ -94,80 +182,234 @@ fn execution_source_options_follow_the_shared_rules() {
 
 #[test]
 fn retry_policies_reject_unknown_types_and_fields() {
-    let with_retry = |retry: &str| VALID.replace("    handler: onestep:echo\n", &format!("    handler: onestep:echo\n    retry:\n{retry}"));
-    expect(&with_retry("      type: forever\n"), "tasks[0].retry.type", "unknown retry type \"forever\"");
-    expect(&with_retry("      type: max_attempts\n      tries: 3\n"), "tasks[0].retry.tries", "unknown field");
-    expect(&with_retry("      type: max_attempts\n      max_attempts: 0\n"), "tasks[0].retry.max_attempts", "must be an integer >= 1, got 0");
-    expect(&with_retry("      type: exponential_backoff\n      min_delay_s: 10\n      max_delay_s: 1\n"), "tasks[0].retry.max_delay_s", "must be >= min_delay_s");
-    expect(&with_retry("      type: exponential_backoff\n      jitter: wild\n"), "tasks[0].retry.jitter", "must be one of none, full, equal");
-    expect(&with_retry("      type: by_failure_kind\n"), "tasks[0].retry", "needs at least one of");
-    expect(&with_retry("      type: by_failure_kind\n      timeout:\n        type: nope\n"), "tasks[0].retry.timeout.type", "unknown retry type");
+    let with_retry = |retry: &str| {
+        VALID.replace(
+            "    handler: onestep:echo\n",
+            &format!("    handler: onestep:echo\n    retry:\n{retry}"),
+        )
+    };
+    expect(
+        &with_retry("      type: forever\n"),
+        "tasks[0].retry.type",
+        "unknown retry type \"forever\"",
+    );
+    expect(
+        &with_retry("      type: max_attempts\n      tries: 3\n"),
+        "tasks[0].retry.tries",
+        "unknown field",
+    );
+    expect(
+        &with_retry("      type: max_attempts\n      max_attempts: 0\n"),
+        "tasks[0].retry.max_attempts",
+        "must be an integer >= 1, got 0",
+    );
+    expect(
+        &with_retry(
+            "      type: exponential_backoff\n      min_delay_s: 10\n      max_delay_s: 1\n",
+        ),
+        "tasks[0].retry.max_delay_s",
+        "must be >= min_delay_s",
+    );
+    expect(
+        &with_retry("      type: exponential_backoff\n      jitter: wild\n"),
+        "tasks[0].retry.jitter",
+        "must be one of none, full, equal",
+    );
+    expect(
+        &with_retry("      type: by_failure_kind\n"),
+        "tasks[0].retry",
+        "needs at least one of",
+    );
+    expect(
+        &with_retry("      type: by_failure_kind\n      timeout:\n        type: nope\n"),
+        "tasks[0].retry.timeout.type",
+        "unknown retry type",
+    );
 }
 
 #[test]
 fn tasks_need_a_registered_handler_or_emit_targets() {
-    expect(&VALID.replace("    handler: onestep:echo\n", ""), "tasks[0].handler", "is required when the task has no emit targets");
-    expect(&VALID.replace("onestep:echo", "app.handlers:missing"), "tasks[0].handler", "is not registered");
+    expect(
+        &VALID.replace("    handler: onestep:echo\n", ""),
+        "tasks[0].handler",
+        "is required when the task has no emit targets",
+    );
+    expect(
+        &VALID.replace("onestep:echo", "app.handlers:missing"),
+        "tasks[0].handler",
+        "is not registered",
+    );
     let passthrough = VALID.replace("    handler: onestep:echo\n", "    emit: queue\n");
-    assert_eq!(problems(&passthrough), Vec::new(), "emit without handler is a passthrough");
+    assert_eq!(
+        problems(&passthrough),
+        Vec::new(),
+        "emit without handler is a passthrough"
+    );
 }
 
 #[test]
 fn resource_types_and_references_must_exist() {
-    expect(&VALID.replace("    type: memory\n", "    type: kafka\n"), "resources.queue.type", "unknown resource type \"kafka\"");
-    expect(&VALID.replace("    source: jobs\n", "    source: nowhere\n"), "tasks[0].source", "unknown resource \"nowhere\"");
-    expect(&VALID.replace("    source: jobs\n", "    source: db\n"), "tasks[0].source", "cannot be used as a source");
-    expect(&VALID.replace("    handler: onestep:echo\n", "    handler: onestep:echo\n    emit: [jobs]\n"), "tasks[0].emit[0]", "cannot be used as a sink");
-    expect(&VALID.replace("    maxsize: 10\n", ""), "resources.queue.maxsize", "is required");
+    expect(
+        &VALID.replace("    type: memory\n", "    type: kafka\n"),
+        "resources.queue.type",
+        "unknown resource type \"kafka\"",
+    );
+    expect(
+        &VALID.replace("    source: jobs\n", "    source: nowhere\n"),
+        "tasks[0].source",
+        "unknown resource \"nowhere\"",
+    );
+    expect(
+        &VALID.replace("    source: jobs\n", "    source: db\n"),
+        "tasks[0].source",
+        "cannot be used as a source",
+    );
+    expect(
+        &VALID.replace(
+            "    handler: onestep:echo\n",
+            "    handler: onestep:echo\n    emit: [jobs]\n",
+        ),
+        "tasks[0].emit[0]",
+        "cannot be used as a sink",
+    );
+    expect(
+        &VALID.replace("    maxsize: 10\n", ""),
+        "resources.queue.maxsize",
+        "is required",
+    );
 }
 
 #[test]
 fn task_fields_are_range_checked() {
-    let t = |extra: &str| VALID.replace("    handler: onestep:echo\n", &format!("    handler: onestep:echo\n{extra}"));
-    expect(&t("    concurrency: 0\n"), "tasks[0].concurrency", "must be an integer >= 1, got 0");
-    expect(&t("    timeout_s: 0\n"), "tasks[0].timeout_s", "must be a finite number > 0");
-    expect(&t("    metadata: [1]\n"), "tasks[0].metadata", "expected a mapping");
+    let t = |extra: &str| {
+        VALID.replace(
+            "    handler: onestep:echo\n",
+            &format!("    handler: onestep:echo\n{extra}"),
+        )
+    };
+    expect(
+        &t("    concurrency: 0\n"),
+        "tasks[0].concurrency",
+        "must be an integer >= 1, got 0",
+    );
+    expect(
+        &t("    timeout_s: 0\n"),
+        "tasks[0].timeout_s",
+        "must be a finite number > 0",
+    );
+    expect(
+        &t("    metadata: [1]\n"),
+        "tasks[0].metadata",
+        "expected a mapping",
+    );
     let twice = VALID.to_string() + "  - name: work\n    handler: onestep:echo\n    emit: queue\n";
     expect(&twice, "tasks[1].name", "duplicate task name");
 }
 
 #[test]
 fn app_fields_are_checked() {
-    expect(&VALID.replace("  name: demo\n", "  name: demo\n  logging:\n    level: loud\n"), "app.logging.level", "must be one of");
-    expect(&VALID.replace("  name: demo\n", "  name: demo\n  logging:\n    format: xml\n"), "app.logging.format", "must be text or json");
-    expect(&VALID.replace("  name: demo\n", "  name: demo\n  shutdown_timeout_s: 0\n"), "app.shutdown_timeout_s", "> 0");
-    expect(&VALID.replace("  name: demo\n", ""), "app.name", "is required");
+    expect(
+        &VALID.replace(
+            "  name: demo\n",
+            "  name: demo\n  logging:\n    level: loud\n",
+        ),
+        "app.logging.level",
+        "must be one of",
+    );
+    expect(
+        &VALID.replace(
+            "  name: demo\n",
+            "  name: demo\n  logging:\n    format: xml\n",
+        ),
+        "app.logging.format",
+        "must be text or json",
+    );
+    expect(
+        &VALID.replace("  name: demo\n", "  name: demo\n  shutdown_timeout_s: 0\n"),
+        "app.shutdown_timeout_s",
+        "> 0",
+    );
+    expect(
+        &VALID.replace("  name: demo\n", ""),
+        "app.name",
+        "is required",
+    );
 }
 
 #[test]
 fn schedules_and_connectors_are_checked() {
     let extra = |r: &str| VALID.replace("resources:\n", &format!("resources:\n{r}"));
-    expect(&extra("  tick:\n    type: cron\n    expression: '0 24 * * *'\n"), "resources.tick.expression", "'hour' value 24 is out of range");
-    expect(&extra("  tick:\n    type: interval\n    seconds: 0\n"), "resources.tick", "interval must be greater than zero");
-    expect(&extra("  tick:\n    type: interval\n    seconds: 5\n    timezone: Mars/Base\n"), "resources.tick.timezone", "not a known IANA time zone");
-    expect(&extra("  tick:\n    type: interval\n    seconds: 5\n    overlap: sometimes\n"), "resources.tick.overlap", "allow, skip, queue");
-    expect(&extra("  pg:\n    type: postgres\n    dsn: oracle://x\n"), "resources.pg.dsn", "unsupported dsn scheme");
+    expect(
+        &extra("  tick:\n    type: cron\n    expression: '0 24 * * *'\n"),
+        "resources.tick.expression",
+        "'hour' value 24 is out of range",
+    );
+    expect(
+        &extra("  tick:\n    type: interval\n    seconds: 0\n"),
+        "resources.tick",
+        "interval must be greater than zero",
+    );
+    expect(
+        &extra("  tick:\n    type: interval\n    seconds: 5\n    timezone: Mars/Base\n"),
+        "resources.tick.timezone",
+        "not a known IANA time zone",
+    );
+    expect(
+        &extra("  tick:\n    type: interval\n    seconds: 5\n    overlap: sometimes\n"),
+        "resources.tick.overlap",
+        "allow, skip, queue",
+    );
+    expect(
+        &extra("  pg:\n    type: postgres\n    dsn: oracle://x\n"),
+        "resources.pg.dsn",
+        "unsupported dsn scheme",
+    );
 }
 
 #[test]
 fn environment_interpolation_keeps_types_and_strict_env_lists_every_missing_variable() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("worker.yaml");
-    let yaml = VALID.replace("    task_names: [work]\n", "    task_names: [work]\n    batch_size: ${ONESTEP_TEST_BATCH:-25}\n")
-        .replace("    namespace: demo\n", "    namespace: ${ONESTEP_TEST_SURELY_UNSET_NS}\n");
+    let yaml = VALID
+        .replace(
+            "    task_names: [work]\n",
+            "    task_names: [work]\n    batch_size: ${ONESTEP_TEST_BATCH:-25}\n",
+        )
+        .replace(
+            "    namespace: demo\n",
+            "    namespace: ${ONESTEP_TEST_SURELY_UNSET_NS}\n",
+        );
     std::fs::write(&path, &yaml).unwrap();
-    std::fs::write(dir.path().join(".env"), "ONESTEP_TEST_SURELY_UNSET_NS=from-dotenv\n").unwrap();
+    std::fs::write(
+        dir.path().join(".env"),
+        "ONESTEP_TEST_SURELY_UNSET_NS=from-dotenv\n",
+    )
+    .unwrap();
     let doc = config::load(&path, &LoadOptions::default()).unwrap();
     assert_eq!(doc.value["resources"]["jobs"]["batch_size"], 25);
     assert_eq!(doc.value["resources"]["jobs"]["namespace"], "from-dotenv");
     std::fs::remove_file(dir.path().join(".env")).unwrap();
-    let err = config::load(&path, &LoadOptions { strict_env: true, env_file: None }).unwrap_err().to_string();
-    assert!(err.contains("ONESTEP_TEST_SURELY_UNSET_NS (at resources.jobs.namespace)"), "{err}");
+    let err = config::load(
+        &path,
+        &LoadOptions {
+            strict_env: true,
+            env_file: None,
+        },
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("ONESTEP_TEST_SURELY_UNSET_NS (at resources.jobs.namespace)"),
+        "{err}"
+    );
 }
 
 #[test]
 fn a_connector_of_the_wrong_kind_fails_at_build() {
-    let yaml = VALID.replace("    type: sqlite\n    dsn: sqlite://demo.db\n", "    type: postgres\n    dsn: postgres://x@127.0.0.1:1/x\n");
+    let yaml = VALID.replace(
+        "    type: sqlite\n    dsn: sqlite://demo.db\n",
+        "    type: postgres\n    dsn: postgres://x@127.0.0.1:1/x\n",
+    );
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("worker.yaml");
     std::fs::write(&path, yaml).unwrap();
@@ -175,5 +417,8 @@ fn a_connector_of_the_wrong_kind_fails_at_build() {
     let registry = Registry::with_builtins();
     let spec = config::spec::validate(&doc, &registry, true).unwrap();
     let err = config::build::build_app(&spec, &registry).unwrap_err();
-    assert_eq!(err, "resources.jobs: resource \"db\" must be a sqlite connector, got a postgres connector");
+    assert_eq!(
+        err,
+        "resources.jobs: resource \"db\" must be a sqlite connector, got a postgres connector"
+    );
 }

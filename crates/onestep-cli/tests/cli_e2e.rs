@@ -11,15 +11,23 @@ use onestep_sql::postgres::PostgresExecutionBackend;
 use serde_json::{Value, json};
 
 fn postgres_url() -> String {
-    std::env::var("ONESTEP_POSTGRES_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
+    std::env::var("ONESTEP_POSTGRES_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
 }
 
 fn onestep(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_onestep")).args(args).output().expect("the onestep binary runs")
+    Command::new(env!("CARGO_BIN_EXE_onestep"))
+        .args(args)
+        .output()
+        .expect("the onestep binary runs")
 }
 
 fn text(o: &Output) -> String {
-    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
 }
 
 #[test]
@@ -36,24 +44,55 @@ fn check_exit_codes_say_ok_problems_or_unloadable() {
     std::fs::write(&bad, "apiVersion: onestep/v1alpha1\nkind: App\napp: {name: x}\ntasks:\n  - {name: t, handler: nope}\n").unwrap();
     let o = onestep(&["check", "--strict", bad.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(1));
-    assert!(text(&o).contains("bad.yaml:5:15: tasks[0].handler: handler \"nope\" is not registered"), "{}", text(&o));
+    assert!(
+        text(&o).contains("bad.yaml:5:15: tasks[0].handler: handler \"nope\" is not registered"),
+        "{}",
+        text(&o)
+    );
     let broken = dir.path().join("broken.yaml");
     std::fs::write(&broken, "app: [unclosed\n").unwrap();
-    assert_eq!(onestep(&["check", broken.to_str().unwrap()]).status.code(), Some(2));
-    assert_eq!(onestep(&["check", "/nonexistent/worker.yaml"]).status.code(), Some(2));
+    assert_eq!(
+        onestep(&["check", broken.to_str().unwrap()]).status.code(),
+        Some(2)
+    );
+    assert_eq!(
+        onestep(&["check", "/nonexistent/worker.yaml"])
+            .status
+            .code(),
+        Some(2)
+    );
 }
 
 #[test]
 fn run_executes_a_command_worker_and_executions_reports_the_states() {
     let url = postgres_url();
     let suffix = uuid::Uuid::new_v4().simple().to_string()[..10].to_string();
-    let (table, attempts) = (format!("cli{suffix}_executions"), format!("cli{suffix}_attempts"));
+    let (table, attempts) = (
+        format!("cli{suffix}_executions"),
+        format!("cli{suffix}_attempts"),
+    );
     let namespace = format!("cli-{suffix}");
 
-    let init = onestep(&["init-db", "--dsn", &url, "--table", &table, "--attempts-table", &attempts]);
+    let init = onestep(&[
+        "init-db",
+        "--dsn",
+        &url,
+        "--table",
+        &table,
+        "--attempts-table",
+        &attempts,
+    ]);
     assert_eq!(init.status.code(), Some(0), "{}", text(&init));
     assert!(text(&init).contains("created"), "{}", text(&init));
-    let again = onestep(&["init-db", "--dsn", &url, "--table", &table, "--attempts-table", &attempts]);
+    let again = onestep(&[
+        "init-db",
+        "--dsn",
+        &url,
+        "--table",
+        &table,
+        "--attempts-table",
+        &attempts,
+    ]);
     assert!(text(&again).contains("already exist"), "{}", text(&again));
 
     let dir = tempfile::tempdir().unwrap();
@@ -93,13 +132,34 @@ tasks:
         ),
     )
     .unwrap();
-    assert_eq!(onestep(&["check", "--strict", cfg.to_str().unwrap()]).status.code(), Some(0));
+    assert_eq!(
+        onestep(&["check", "--strict", cfg.to_str().unwrap()])
+            .status
+            .code(),
+        Some(0)
+    );
 
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let options = BackendOptions { table: table.clone(), attempts_table: attempts.clone(), ..BackendOptions::default() };
-    let client = ExecutionClient::new(PostgresExecutionBackend::new(&url, options).unwrap(), &namespace).unwrap();
-    let ok = rt.block_on(client.submit("shell", &json!({"n": 2}), SubmitOptions::default())).unwrap();
-    let bad = rt.block_on(client.submit("shell", &json!({"please": "fail"}), SubmitOptions::default())).unwrap();
+    let options = BackendOptions {
+        table: table.clone(),
+        attempts_table: attempts.clone(),
+        ..BackendOptions::default()
+    };
+    let client = ExecutionClient::new(
+        PostgresExecutionBackend::new(&url, options).unwrap(),
+        &namespace,
+    )
+    .unwrap();
+    let ok = rt
+        .block_on(client.submit("shell", &json!({"n": 2}), SubmitOptions::default()))
+        .unwrap();
+    let bad = rt
+        .block_on(client.submit(
+            "shell",
+            &json!({"please": "fail"}),
+            SubmitOptions::default(),
+        ))
+        .unwrap();
 
     let mut worker = Command::new(env!("CARGO_BIN_EXE_onestep"))
         .args(["run", cfg.to_str().unwrap()])
@@ -107,7 +167,16 @@ tasks:
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let common = ["--dsn", url.as_str(), "--namespace", namespace.as_str(), "--table", table.as_str(), "--attempts-table", attempts.as_str()];
+    let common = [
+        "--dsn",
+        url.as_str(),
+        "--namespace",
+        namespace.as_str(),
+        "--table",
+        table.as_str(),
+        "--attempts-table",
+        attempts.as_str(),
+    ];
     let deadline = Instant::now() + Duration::from_secs(30);
     let counts = loop {
         let mut args = vec!["executions", "stats", "--json"];
@@ -115,11 +184,20 @@ tasks:
         let o = onestep(&args);
         assert_eq!(o.status.code(), Some(0), "{}", text(&o));
         let stats: Vec<Value> = serde_json::from_slice(&o.stdout).unwrap();
-        let count = |s: &str| stats.iter().find(|x| x["status"] == s).and_then(|x| x["count"].as_u64()).unwrap_or(0);
+        let count = |s: &str| {
+            stats
+                .iter()
+                .find(|x| x["status"] == s)
+                .and_then(|x| x["count"].as_u64())
+                .unwrap_or(0)
+        };
         if count("succeeded") == 1 && count("failed") == 1 {
             break (count("succeeded"), count("failed"), count("queued"));
         }
-        assert!(Instant::now() < deadline, "executions did not finish: {stats:?}");
+        assert!(
+            Instant::now() < deadline,
+            "executions did not finish: {stats:?}"
+        );
         std::thread::sleep(Duration::from_millis(200));
     };
     assert_eq!(counts, (1, 1, 0));
@@ -138,34 +216,60 @@ tasks:
     args.extend(common);
     let o = onestep(&args);
     assert_eq!(o.status.code(), Some(1));
-    assert!(text(&o).contains("failed (error: ExecFailed)"), "{}", text(&o));
+    assert!(
+        text(&o).contains("failed (error: ExecFailed)"),
+        "{}",
+        text(&o)
+    );
 
     let mut args = vec!["executions", "attempts", bad_id.as_str(), "--json"];
     args.extend(common);
     let attempts_json: Vec<Value> = serde_json::from_slice(&onestep(&args).stdout).unwrap();
-    assert_eq!(attempts_json.iter().map(|a| a["status"].as_str().unwrap()).collect::<Vec<_>>(), ["retrying", "failed"]);
+    assert_eq!(
+        attempts_json
+            .iter()
+            .map(|a| a["status"].as_str().unwrap())
+            .collect::<Vec<_>>(),
+        ["retrying", "failed"]
+    );
 
     let mut args = vec!["executions", "list", "--json"];
     args.extend(common);
     let page: Value = serde_json::from_slice(&onestep(&args).stdout).unwrap();
     assert_eq!(page["items"].as_array().unwrap().len(), 2);
 
-    let status = Command::new("kill").args(["-TERM", &worker.id().to_string()]).status().unwrap();
+    let status = Command::new("kill")
+        .args(["-TERM", &worker.id().to_string()])
+        .status()
+        .unwrap();
     assert!(status.success());
     let deadline = Instant::now() + Duration::from_secs(15);
     let code = loop {
         if let Some(s) = worker.try_wait().unwrap() {
             break s.code();
         }
-        assert!(Instant::now() < deadline, "the worker did not stop on SIGTERM");
+        assert!(
+            Instant::now() < deadline,
+            "the worker did not stop on SIGTERM"
+        );
         std::thread::sleep(Duration::from_millis(100));
     };
     let out = worker.wait_with_output().unwrap();
     assert_eq!(code, Some(0), "{}", text(&out));
     let logs = String::from_utf8_lossy(&out.stdout);
-    assert!(logs.lines().any(|l| l.contains("\"event_kind\":\"succeeded\"")), "structured JSON logs: {logs}");
+    assert!(
+        logs.lines()
+            .any(|l| l.contains("\"event_kind\":\"succeeded\"")),
+        "structured JSON logs: {logs}"
+    );
 
-    let mut args = vec!["executions", "prune", "--finished-before", "0s", "--dry-run"];
+    let mut args = vec![
+        "executions",
+        "prune",
+        "--finished-before",
+        "0s",
+        "--dry-run",
+    ];
     args.extend(common);
     assert!(text(&onestep(&args)).contains("would delete 2 terminal execution(s)"));
     let mut args = vec!["executions", "prune", "--finished-before", "0s"];
@@ -199,11 +303,24 @@ fn the_sqlite_example_runs_a_submitted_execution_and_stops_on_sigterm() {
     let dsn = format!("sqlite://{}", db.display());
     let namespace = format!("ex-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let backend = onestep_sql::sqlite::SqliteExecutionBackend::new(&dsn, BackendOptions::default()).unwrap();
+    let backend =
+        onestep_sql::sqlite::SqliteExecutionBackend::new(&dsn, BackendOptions::default()).unwrap();
     let client = ExecutionClient::new(backend, &namespace).unwrap();
-    let e = rt.block_on(client.submit("report", &json!({"month": "2026-11"}), SubmitOptions::default())).unwrap();
+    let e = rt
+        .block_on(client.submit(
+            "report",
+            &json!({"month": "2026-11"}),
+            SubmitOptions::default(),
+        ))
+        .unwrap();
     let mut worker = Command::new(env!("CARGO_BIN_EXE_onestep"))
-        .args(["run", workspace().join("examples/sqlite-worker.yaml").to_str().unwrap()])
+        .args([
+            "run",
+            workspace()
+                .join("examples/sqlite-worker.yaml")
+                .to_str()
+                .unwrap(),
+        ])
         .env("ONESTEP_SQLITE_DSN", &dsn)
         .env("ONESTEP_NAMESPACE", &namespace)
         .stdout(Stdio::null())
@@ -211,10 +328,45 @@ fn the_sqlite_example_runs_a_submitted_execution_and_stops_on_sigterm() {
         .spawn()
         .unwrap();
     let done = rt.block_on(client.wait(e.id, Duration::from_secs(30)));
-    Command::new("kill").args(["-TERM", &worker.id().to_string()]).status().unwrap();
+    Command::new("kill")
+        .args(["-TERM", &worker.id().to_string()])
+        .status()
+        .unwrap();
     let out = worker.wait_with_output().unwrap();
     let done = done.unwrap_or_else(|err| panic!("{err}: {}", String::from_utf8_lossy(&out.stderr)));
     assert_eq!(done.status.as_str(), "succeeded");
     assert_eq!(done.result, Some(json!({"month": "2026-11", "rows": 42})));
     assert_eq!(out.status.code(), Some(0));
+}
+
+#[test]
+fn the_quickstart_tour_passes_twice_in_a_row() {
+    for run in 0..2 {
+        let o = onestep(&["quickstart", "--tour"]);
+        assert_eq!(o.status.code(), Some(0), "run {run}: {}", text(&o));
+        assert!(text(&o).contains("every step behaved as documented"));
+    }
+}
+
+#[test]
+fn quickstart_says_clearly_when_its_port_is_taken() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("q.db");
+    let o = onestep(&[
+        "quickstart",
+        "--listen",
+        &addr,
+        "--db",
+        db.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        text(&o).contains(&format!(
+            "{addr} is already in use; pick another address with --listen"
+        )),
+        "{}",
+        text(&o)
+    );
 }

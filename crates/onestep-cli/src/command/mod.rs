@@ -4,7 +4,9 @@ mod catalog;
 mod check;
 mod executions;
 mod init_db;
+mod quickstart;
 mod run;
+mod serve;
 
 use std::path::PathBuf;
 
@@ -40,6 +42,14 @@ enum Command {
     ///
     /// Example: `onestep executions stats --dsn postgres://app@db/app --namespace billing`
     Executions(executions::ExecutionsArgs),
+    /// Serve the HTTP executions API (its own process; workers run separately).
+    ///
+    /// Example: `onestep serve --dsn postgres://app@db/app --namespace agents --allow-task run_agent`
+    Serve(serve::ServeArgs),
+    /// The whole system on embedded SQLite in one process: API, worker, demo tasks.
+    ///
+    /// Example: `onestep quickstart --tour`
+    Quickstart(quickstart::QuickstartArgs),
     /// List resource types and their fields.
     ///
     /// Example: `onestep catalog --json`
@@ -76,6 +86,8 @@ pub async fn dispatch(args: Args, registry: &Registry) -> u8 {
         Command::InitDb(a) => init_db::init_db(a).await,
         Command::Executions(a) => executions::executions(a).await,
         Command::Catalog(a) => catalog::catalog(a, registry),
+        Command::Serve(a) => serve::run(a).await,
+        Command::Quickstart(a) => quickstart::run(a).await,
     }
 }
 

@@ -1,0 +1,95 @@
+//! `onestep serve`: the HTTP executions API as its own process.
+
+use onestep_core::execution::ExecutionClient;
+use onestep_http::ExecutionApi;
+use onestep_sql::{BackendOptions, Dialect, SqlExecutionBackend};
+
+use super::with_dialect;
+
+/// Arguments of `serve`.
+#[derive(Debug, clap::Args)]
+pub struct ServeArgs {
+    /// The database; `ONESTEP_DSN` when absent.
+    #[arg(long, env = "ONESTEP_DSN", hide_env_values = true)]
+    dsn: String,
+    /// The namespace this API submits into and reads from.
+    #[arg(long)]
+    namespace: String,
+    /// A task name clients may submit (repeat for several). Without any, every task is accepted.
+    #[arg(long = "allow-task")]
+    allow_task: Vec<String>,
+    /// The address to listen on.
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    listen: String,
+    /// Require `Authorization: Bearer <token>` on /v1 routes; `ONESTEP_API_TOKEN` when absent.
+    #[arg(long, env = "ONESTEP_API_TOKEN", hide_env_values = true)]
+    bearer_token: Option<String>,
+    /// The executions table.
+    #[arg(long, default_value = "onestep_executions")]
+    table: String,
+    /// The attempts table.
+    #[arg(long, default_value = "onestep_execution_attempts")]
+    attempts_table: String,
+    /// Create missing tables (by default the API expects `onestep init-db` to have run).
+    #[arg(long)]
+    auto_create: bool,
+}
+
+async fn serve<D: Dialect>(args: &ServeArgs) -> anyhow::Result<()> {
+    let options = BackendOptions {
+        table: args.table.clone(),
+        attempts_table: args.attempts_table.clone(),
+        auto_create: args.auto_create,
+        ..BackendOptions::default()
+    };
+    let backend = SqlExecutionBackend::<D>::new(&args.dsn, options)?;
+    let client = ExecutionClient::new(backend, &args.namespace)?;
+    client.open().await?;
+    let mut api = ExecutionApi::new(client);
+    if !args.allow_task.is_empty() {
+        api = api.allow_tasks(args.allow_task.clone());
+    } else {
+        tracing::warn!("no --allow-task given: clients may submit any task name");
+    }
+    if let Some(token) = &args.bearer_token {
+        api = api.bearer_token(token.clone());
+    }
+    let listener = onestep_http::bind(&args.listen).await?;
+    tracing::info!(listen = %args.listen, namespace = %args.namespace, "serving /v1/executions");
+    println!(
+        "serving http://{}/v1/executions (namespace {})",
+        listener.local_addr()?,
+        args.namespace
+    );
+    onestep_http::serve(listener, api.router(), shutdown_signal()).await?;
+    Ok(())
+}
+
+/// Resolves on SIGINT or SIGTERM.
+pub async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        if let Ok(mut term) = signal(SignalKind::terminate()) {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+            return;
+        }
+    }
+    let _ = tokio::signal::ctrl_c().await;
+}
+
+/// 0 after a graceful stop, 1 when it cannot serve.
+pub async fn run(args: ServeArgs) -> u8 {
+    super::run::init_logging("info", "text");
+    let outcome: anyhow::Result<()> = with_dialect!(&args.dsn, serve(&args));
+    match outcome {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("onestep serve: {e}");
+            1
+        }
+    }
+}

@@ -313,7 +313,7 @@ fn the_sqlite_example_runs_a_submitted_execution_and_stops_on_sigterm() {
             SubmitOptions::default(),
         ))
         .unwrap();
-    let mut worker = Command::new(env!("CARGO_BIN_EXE_onestep"))
+    let worker = Command::new(env!("CARGO_BIN_EXE_onestep"))
         .args([
             "run",
             workspace()

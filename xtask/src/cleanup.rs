@@ -108,7 +108,10 @@ impl Action {
             Action::RemoveDir { path } => vec!["remove-dir".into(), path_field(path)?],
         };
         if fields.iter().any(|f| f.contains(['\t', '\n'])) {
-            bail!("cannot record `{}`: a field contains a tab or newline", self.describe());
+            bail!(
+                "cannot record `{}`: a field contains a tab or newline",
+                self.describe()
+            );
         }
         Ok(fields.join("\t"))
     }
@@ -208,13 +211,15 @@ impl Cleanup {
     /// watchdog. Runs every step even when some fail; reports all failures.
     pub fn run(&self) -> Result<()> {
         let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
-        let mut failures = run_all(std::mem::take(&mut inner.actions), false);
+        let mut failures = run_all(&std::mem::take(&mut inner.actions), false);
         for mut child in inner.children.drain(..) {
             if let Ok(None) = child.try_wait() {
                 // Steps already asked it to stop; it should be gone or nearly so.
-                let gone = crate::sys::wait_until(Duration::from_secs(10), Duration::from_millis(50), || {
-                    !matches!(child.try_wait(), Ok(None))
-                });
+                let gone = crate::sys::wait_until(
+                    Duration::from_secs(10),
+                    Duration::from_millis(50),
+                    || !matches!(child.try_wait(), Ok(None)),
+                );
                 if !gone {
                     let _ = child.kill();
                     let _ = child.wait();
@@ -248,7 +253,7 @@ impl Drop for Cleanup {
 }
 
 /// Runs `actions` newest first (saying what each does when `announce`); returns the failures.
-fn run_all(actions: Vec<Action>, announce: bool) -> Vec<String> {
+fn run_all(actions: &[Action], announce: bool) -> Vec<String> {
     actions
         .iter()
         .rev()
@@ -281,11 +286,14 @@ pub fn watchdog() -> Result<()> {
         return Ok(());
     }
     eprintln!("xtask: interrupted; cleaning up the test databases and servers");
-    let failures = run_all(actions, true);
+    let failures = run_all(&actions, true);
     if failures.is_empty() {
         eprintln!("xtask: cleanup after interruption finished");
         Ok(())
     } else {
-        bail!("cleanup after interruption failed:\n  {}", failures.join("\n  "))
+        bail!(
+            "cleanup after interruption failed:\n  {}",
+            failures.join("\n  ")
+        )
     }
 }

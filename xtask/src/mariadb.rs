@@ -4,7 +4,7 @@
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 
@@ -24,7 +24,14 @@ const START_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The admin connections to try on the local default server (root without password).
 pub fn local_admin_urls() -> Vec<DbUrl> {
-    vec![DbUrl::new("mysql", "root", None, "127.0.0.1", Some(3306), "")]
+    vec![DbUrl::new(
+        "mysql",
+        "root",
+        None,
+        "127.0.0.1",
+        Some(3306),
+        "",
+    )]
 }
 
 /// Whether the server binaries are installed.
@@ -44,12 +51,23 @@ pub fn query(admin: &DbUrl, sql: &str) -> Result<String> {
     let client = client().context("the mariadb client is not installed")?;
     let mut cmd = Command::new(client);
     // --no-defaults must come first: no option file may redirect the connection.
-    cmd.args(["--no-defaults", "--batch", "--skip-column-names", "--connect-timeout=5"]);
+    cmd.args([
+        "--no-defaults",
+        "--batch",
+        "--skip-column-names",
+        "--connect-timeout=5",
+    ]);
     match admin.query_param("socket") {
-        Some(socket) => cmd.arg("--protocol=SOCKET").arg(format!("--socket={socket}")),
+        Some(socket) => cmd
+            .arg("--protocol=SOCKET")
+            .arg(format!("--socket={socket}")),
         None => {
             let host = admin.host();
-            let host = if host.is_empty() { "127.0.0.1".to_string() } else { host };
+            let host = if host.is_empty() {
+                "127.0.0.1".to_string()
+            } else {
+                host
+            };
             cmd.arg("--protocol=TCP")
                 .arg(format!("--host={host}"))
                 .arg(format!("--port={}", admin.port().unwrap_or(3306)))
@@ -81,114 +99,55 @@ pub fn drop_database(admin: &DbUrl, name: &str) -> Result<()> {
     Ok(())
 }
 
+/// Where a throwaway server keeps its files.
+struct Files {
+    /// The server's directory (its working directory too).
+    dir: PathBuf,
+    /// The data directory.
+    data: PathBuf,
+    /// The Unix socket.
+    socket: String,
+    /// The error log.
+    log: PathBuf,
+}
+
+impl Files {
+    /// Creates `dir` and its data directory, owned by the server's user.
+    fn create(dir: &Path, root: bool) -> Result<Self> {
+        let data = dir.join("data");
+        std::fs::create_dir_all(&data)
+            .with_context(|| format!("could not create {}", data.display()))?;
+        sys::chown_to(dir, SYSTEM_USER, root)?;
+        let socket = dir.join("mysqld.sock");
+        let socket = socket
+            .to_str()
+            .with_context(|| format!("socket path {} is not UTF-8", socket.display()))?
+            .to_string();
+        Ok(Self {
+            dir: dir.to_path_buf(),
+            data,
+            socket,
+            log: dir.join("error.log"),
+        })
+    }
+}
+
 /// Starts a throwaway server in `dir` (created here) on a free port of 127.0.0.1.
 pub fn start_throwaway(dir: &Path, root: bool, cleanup: &Cleanup) -> Result<Started> {
     let mariadbd = sys::find_program("mariadbd").context("mariadbd is not installed")?;
-    let install_db =
-        sys::find_program("mariadb-install-db").context("mariadb-install-db is not installed")?;
-    let data = dir.join("data");
-    std::fs::create_dir_all(&data).with_context(|| format!("could not create {}", data.display()))?;
-    sys::chown_to(dir, SYSTEM_USER, root)?;
-    let socket = dir.join("mysqld.sock");
-    let socket_text = socket
-        .to_str()
-        .with_context(|| format!("socket path {} is not UTF-8", socket.display()))?;
-    let log = dir.join("error.log");
-
+    // Needed to see whether the server is up, so checked before starting it.
+    client().context("the mariadb client is not installed")?;
+    let files = Files::create(dir, root)?;
     // The admin account authenticates by the OS user over the socket (root, or whoever runs xtask).
-    let admin_user = if root { "root".to_string() } else { sys::current_user()? };
-    let mut install = Command::new(install_db);
-    install.current_dir(dir).arg("--no-defaults");
-    if root {
-        install.arg(format!("--user={SYSTEM_USER}"));
+    let admin_user = if root {
+        "root".to_string()
     } else {
-        install.arg(format!("--auth-root-socket-user={admin_user}"));
-    }
-    install
-        .arg(format!("--datadir={}", data.display()))
-        .args(["--skip-test-db", "--auth-root-authentication-method=socket"]);
-    sys::run(&mut install).context("mariadb-install-db failed")?;
-
-    let admin = DbUrl::new("mysql", &admin_user, None, "localhost", None, "")
-        .with_query("socket", socket_text);
-    let mut attempt = 0;
-    let port = loop {
-        attempt += 1;
-        let port = sys::free_port()?;
-        let mut server = Command::new(&mariadbd);
-        server.arg("--no-defaults");
-        if root {
-            server.arg(format!("--user={SYSTEM_USER}"));
-        }
-        server
-            .arg(format!("--datadir={}", data.display()))
-            .arg("--bind-address=127.0.0.1")
-            .arg(format!("--port={port}"))
-            .arg(format!("--socket={socket_text}"))
-            .arg(format!("--pid-file={}", dir.join("mysqld.pid").display()))
-            .arg(format!("--log-error={}", log.display()))
-            .args([
-                "--skip-name-resolve",
-                "--character-set-server=utf8mb4",
-                "--collation-server=utf8mb4_unicode_ci",
-                // Throwaway data: trade durability for speed.
-                "--innodb-flush-log-at-trx-commit=2",
-                "--innodb-doublewrite=0",
-                "--innodb-buffer-pool-size=256M",
-                "--max-connections=300",
-            ])
-            .current_dir(dir)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            // Its own process group: Ctrl-C in the terminal must not reach the server; the
-            // cleanup watchdog stops it instead.
-            .process_group(0);
-        let mut child = server
-            .spawn()
-            .with_context(|| format!("could not start {}", mariadbd.display()))?;
-        let pid = child.id();
-        let recorded = cleanup.push(Action::StopMariadb {
-            admin: admin.to_string(),
-            pid,
-        });
-        if let Err(err) = recorded {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err(err);
-        }
-        let started = Instant::now();
-        let exited = loop {
-            if let Ok(Some(status)) = child.try_wait() {
-                break Some(status);
-            }
-            if query(&admin, "SELECT 1;").is_ok() {
-                break None;
-            }
-            if started.elapsed() > START_TIMEOUT {
-                cleanup.adopt(child);
-                bail!(
-                    "mariadbd did not accept connections within {}s; error log ({}):\n{}",
-                    START_TIMEOUT.as_secs(),
-                    log.display(),
-                    sys::file_tail(&log, 20)
-                );
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        };
-        cleanup.adopt(child);
-        match exited {
-            None => break port,
-            Some(status) => {
-                let tail = sys::file_tail(&log, 20);
-                // Another process may have taken the port since we picked it.
-                if attempt < 3 && tail.contains("Bind on TCP/IP port") {
-                    continue;
-                }
-                bail!("mariadbd exited ({status}); error log ({}):\n{tail}", log.display());
-            }
-        }
+        sys::current_user()?
     };
+    install(&files, root, &admin_user)?;
+    let admin = DbUrl::new("mysql", &admin_user, None, "localhost", None, "")
+        .with_query("socket", &files.socket);
+    let port = serve(&mariadbd, &files, root, &admin, cleanup)?;
 
     let password = sys::random_hex(16)?;
     query(
@@ -202,11 +161,124 @@ pub fn start_throwaway(dir: &Path, root: bool, cleanup: &Cleanup) -> Result<Star
     let version = query(&admin, "SELECT VERSION();")?;
     let version = version.trim().split('-').next().unwrap_or_default();
     Ok(Started {
-        tests: DbUrl::new("mysql", TEST_USER, Some(&password), "127.0.0.1", Some(port), ""),
+        tests: DbUrl::new(
+            "mysql",
+            TEST_USER,
+            Some(&password),
+            "127.0.0.1",
+            Some(port),
+            "",
+        ),
         admin,
         owner: None,
         description: format!("throwaway MariaDB {version}"),
     })
+}
+
+/// Creates the system tables with `mariadb-install-db`.
+fn install(files: &Files, root: bool, admin_user: &str) -> Result<()> {
+    let install_db =
+        sys::find_program("mariadb-install-db").context("mariadb-install-db is not installed")?;
+    let mut install = Command::new(install_db);
+    install.current_dir(&files.dir).arg("--no-defaults");
+    if root {
+        install.arg(format!("--user={SYSTEM_USER}"));
+    } else {
+        install.arg(format!("--auth-root-socket-user={admin_user}"));
+    }
+    install
+        .arg(format!("--datadir={}", files.data.display()))
+        .args(["--skip-test-db", "--auth-root-authentication-method=socket"]);
+    sys::run(&mut install).context("mariadb-install-db failed")?;
+    Ok(())
+}
+
+/// Runs `mariadbd` on a free port until it accepts connections over `admin`; returns the port.
+/// Tries another port when the chosen one was taken in the meantime.
+fn serve(
+    mariadbd: &Path,
+    files: &Files,
+    root: bool,
+    admin: &DbUrl,
+    cleanup: &Cleanup,
+) -> Result<u16> {
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let port = sys::free_port()?;
+        let mut child = server_command(mariadbd, files, root, port)
+            .spawn()
+            .with_context(|| format!("could not start {}", mariadbd.display()))?;
+        let recorded = cleanup.push(Action::StopMariadb {
+            admin: admin.to_string(),
+            pid: child.id(),
+        });
+        if let Err(err) = recorded {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(err);
+        }
+        // Ready when it answers; done waiting early when it exits.
+        let answered = sys::wait_until(START_TIMEOUT, Duration::from_millis(100), || {
+            !matches!(child.try_wait(), Ok(None)) || query(admin, "SELECT 1;").is_ok()
+        });
+        let exited = child.try_wait().ok().flatten();
+        cleanup.adopt(child);
+        let tail = || sys::file_tail(&files.log, 20);
+        match exited {
+            // Another process may have taken the port since we picked it.
+            Some(_) if attempt < 3 && tail().contains("Bind on TCP/IP port") => {}
+            Some(status) => bail!(
+                "mariadbd exited ({status}); error log ({}):\n{}",
+                files.log.display(),
+                tail()
+            ),
+            None if answered => return Ok(port),
+            None => bail!(
+                "mariadbd did not accept connections within {}s; error log ({}):\n{}",
+                START_TIMEOUT.as_secs(),
+                files.log.display(),
+                tail()
+            ),
+        }
+    }
+}
+
+/// The `mariadbd` command line for a throwaway server on `port`.
+fn server_command(mariadbd: &Path, files: &Files, root: bool, port: u16) -> Command {
+    let mut server = Command::new(mariadbd);
+    server.arg("--no-defaults");
+    if root {
+        server.arg(format!("--user={SYSTEM_USER}"));
+    }
+    server
+        .arg(format!("--datadir={}", files.data.display()))
+        .arg("--bind-address=127.0.0.1")
+        .arg(format!("--port={port}"))
+        .arg(format!("--socket={}", files.socket))
+        .arg(format!(
+            "--pid-file={}",
+            files.dir.join("mysqld.pid").display()
+        ))
+        .arg(format!("--log-error={}", files.log.display()))
+        .args([
+            "--skip-name-resolve",
+            "--character-set-server=utf8mb4",
+            "--collation-server=utf8mb4_unicode_ci",
+            // Throwaway data: trade durability for speed.
+            "--innodb-flush-log-at-trx-commit=2",
+            "--innodb-doublewrite=0",
+            "--innodb-buffer-pool-size=256M",
+            "--max-connections=300",
+        ])
+        .current_dir(&files.dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        // Its own process group: Ctrl-C in the terminal must not reach the server; the cleanup
+        // watchdog stops it instead.
+        .process_group(0);
+    server
 }
 
 /// Stops the throwaway server with process id `pid` (a no-op when it is gone).
@@ -224,6 +296,10 @@ pub fn stop(admin: &str, pid: u32) -> Result<()> {
 
 /// Whether `pid` runs `mariadbd` (so a recycled process id is never signalled).
 fn is_mariadbd(pid: u32) -> bool {
-    std::fs::read(format!("/proc/{pid}/cmdline"))
-        .is_ok_and(|cmdline| cmdline.split(|b| *b == 0).next().is_some_and(|argv0| argv0.ends_with(b"mariadbd")))
+    std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|cmdline| {
+        cmdline
+            .split(|b| *b == 0)
+            .next()
+            .is_some_and(|argv0| argv0.ends_with(b"mariadbd"))
+    })
 }

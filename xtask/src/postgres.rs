@@ -42,12 +42,18 @@ pub fn bin_dir() -> Option<PathBuf> {
 /// Sorts `15` < `16` < `9.6`-style directory names numerically.
 fn version_key(dir: &Path) -> Vec<u32> {
     let name = dir.file_name().and_then(|n| n.to_str()).unwrap_or_default();
-    name.split('.').map(|part| part.parse().unwrap_or(0)).collect()
+    name.split('.')
+        .map(|part| part.parse().unwrap_or(0))
+        .collect()
 }
 
 /// Whether the server binaries are installed.
 pub fn server_installed() -> bool {
-    bin_dir().is_some_and(|bin| ["initdb", "pg_ctl"].iter().all(|p| sys::is_executable(&bin.join(p))))
+    bin_dir().is_some_and(|bin| {
+        ["initdb", "pg_ctl"]
+            .iter()
+            .all(|p| sys::is_executable(&bin.join(p)))
+    })
 }
 
 /// The `psql` client, if installed.
@@ -99,7 +105,10 @@ pub fn create_database(admin: &DbUrl, name: &str, owner: Option<&str>) -> Result
 
 /// Drops database `name` if it exists, closing leftover connections (PostgreSQL 13+).
 pub fn drop_database(admin: &DbUrl, name: &str) -> Result<()> {
-    match query(admin, &format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE);")) {
+    match query(
+        admin,
+        &format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE);"),
+    ) {
         Ok(_) => Ok(()),
         // Older servers lack WITH (FORCE).
         Err(forced) => query(admin, &format!("DROP DATABASE IF EXISTS \"{name}\";"))
@@ -111,6 +120,7 @@ pub fn drop_database(admin: &DbUrl, name: &str) -> Result<()> {
 /// Starts a throwaway cluster in `dir` (created here) on a free port of 127.0.0.1.
 pub fn start_throwaway(dir: &Path, root: bool, cleanup: &Cleanup) -> Result<Started> {
     let bin = bin_dir().with_context(|| format!("no PostgreSQL server under {LIB_DIR}/*/bin"))?;
+    client().context("psql is not installed")?;
     let dir_text = dir
         .to_str()
         .filter(|d| !d.contains(['\'', '"', ' ']))
@@ -127,7 +137,12 @@ pub fn start_throwaway(dir: &Path, root: bool, cleanup: &Cleanup) -> Result<Star
         .current_dir(dir)
         .arg("-D")
         .arg(&data)
-        .args(["-U", "postgres", "--auth-local=trust", "--auth-host=scram-sha-256"])
+        .args([
+            "-U",
+            "postgres",
+            "--auth-local=trust",
+            "--auth-host=scram-sha-256",
+        ])
         .args(["-E", "UTF8", "--locale=C.UTF-8", "--no-sync"]);
     sys::run(&mut initdb).context("initdb failed")?;
     cleanup.push(Action::StopPostgres {
@@ -162,12 +177,22 @@ pub fn start_throwaway(dir: &Path, root: bool, cleanup: &Cleanup) -> Result<Star
                 if attempt < 3 && tail.contains("could not bind") {
                     continue;
                 }
-                bail!("pg_ctl start failed: {err:#}\nserver log ({}):\n{tail}", log.display());
+                bail!(
+                    "pg_ctl start failed: {err:#}\nserver log ({}):\n{tail}",
+                    log.display()
+                );
             }
         }
     };
 
-    let admin = DbUrl::new("postgres", "postgres", None, dir_text, Some(port), "postgres");
+    let admin = DbUrl::new(
+        "postgres",
+        "postgres",
+        None,
+        dir_text,
+        Some(port),
+        "postgres",
+    );
     let password = sys::random_hex(16)?;
     query(
         &admin,
@@ -208,9 +233,11 @@ pub fn stop(bin_dir: &Path, data_dir: &Path) -> Result<()> {
         return Ok(());
     };
     // pg_ctl failed: fall back to signals, if the postmaster is still there at all.
-    let pid = std::fs::read_to_string(&pid_file)
-        .ok()
-        .and_then(|text| text.lines().next().and_then(|l| l.trim().parse::<u32>().ok()));
+    let pid = std::fs::read_to_string(&pid_file).ok().and_then(|text| {
+        text.lines()
+            .next()
+            .and_then(|l| l.trim().parse::<u32>().ok())
+    });
     match pid {
         Some(pid) if sys::pid_alive(pid) => {
             sys::signal(pid, "INT"); // fast shutdown

@@ -218,14 +218,6 @@ pub struct Started {
     pub description: String,
 }
 
-/// The outcome of looking for an existing server.
-enum Lookup {
-    /// A usable shared server.
-    Found(Started),
-    /// None: a throwaway server is needed. Holds what was tried, for the error message.
-    Missing(Vec<String>),
-}
-
 /// The servers of one test run: the variables for the tests and everything to undo afterwards.
 pub struct Servers {
     /// `ONESTEP_*_URL` variables pointing at the fresh databases.
@@ -243,9 +235,10 @@ impl Servers {
         let mut servers = Vec::new();
         let mut needed = Vec::new();
         for kind in Kind::ALL {
-            match look_up(kind, options)? {
-                Lookup::Found(server) => servers.push((kind, server, true)),
-                Lookup::Missing(tried) => needed.push((kind, tried)),
+            let mut tried = Vec::new();
+            match look_up(kind, options, &mut tried)? {
+                Some(server) => servers.push((kind, server, true)),
+                None => needed.push((kind, tried)),
             }
         }
         if !needed.is_empty() {
@@ -266,7 +259,10 @@ impl Servers {
             }
             kind.create_database(&server.admin, &name, server.owner.as_deref())
                 .with_context(|| {
-                    format!("could not create the test database on {}", server.description)
+                    format!(
+                        "could not create the test database on {}",
+                        server.description
+                    )
                 })?;
             let url = server.tests.with_database(&name);
             println!(
@@ -291,15 +287,16 @@ impl Servers {
     }
 }
 
-/// Looks for an existing server of `kind`: the URL variable, then the local default.
-fn look_up(kind: Kind, options: Options) -> Result<Lookup> {
+/// Looks for an existing server of `kind`: the URL variable, then the local default. `None`
+/// means a throwaway server is needed; `tried` then says what was tried, for error messages.
+fn look_up(kind: Kind, options: Options, tried: &mut Vec<String>) -> Result<Option<Started>> {
     let var = kind.url_var();
     if options.throwaway {
-        return Ok(Lookup::Missing(vec![format!(
-            "{THROWAWAY_FLAG} given: {var} and the local default server were not considered"
-        )]));
+        tried.push(format!(
+            "{THROWAWAY_FLAG} given, so {var} and the local default server were skipped"
+        ));
+        return Ok(None);
     }
-    let mut tried = Vec::new();
     match std::env::var(var) {
         Ok(raw) if !raw.trim().is_empty() => {
             // An explicit URL is never second-guessed: if it does not work, that is the error.
@@ -309,9 +306,12 @@ fn look_up(kind: Kind, options: Options) -> Result<Lookup> {
             }
             ensure_client(kind)?;
             kind.check(&url).with_context(|| {
-                format!("{var}={} is set, but that server cannot be used", url.redacted())
+                format!(
+                    "{var}={} is set, but that server cannot be used",
+                    url.redacted()
+                )
             })?;
-            return Ok(Lookup::Found(Started {
+            return Ok(Some(Started {
                 admin: url.clone(),
                 tests: url,
                 owner: None,
@@ -324,17 +324,19 @@ fn look_up(kind: Kind, options: Options) -> Result<Lookup> {
     let addr = kind.local_addr();
     if let Err(err) = sys::tcp_answers(addr) {
         tried.push(format!("local default server at {addr}: {err}"));
-        return Ok(Lookup::Missing(tried));
+        return Ok(None);
     }
     if let Err(err) = ensure_client(kind) {
-        tried.push(format!("local default server at {addr}: answers, but {err:#}"));
-        return Ok(Lookup::Missing(tried));
+        tried.push(format!(
+            "local default server at {addr}: answers, but {err:#}"
+        ));
+        return Ok(None);
     }
     let mut refusals = Vec::new();
     for admin in kind.local_admin_urls() {
         match kind.check(&admin) {
             Ok(()) => {
-                return Ok(Lookup::Found(Started {
+                return Ok(Some(Started {
                     tests: admin.clone(),
                     admin,
                     owner: None,
@@ -345,9 +347,14 @@ fn look_up(kind: Kind, options: Options) -> Result<Lookup> {
         }
     }
     let refusals = refusals.join("; ");
-    eprintln!("xtask: the local {} server at {addr} answers but refuses xtask: {refusals}", kind.label());
-    tried.push(format!("local default server at {addr}: answers, but {refusals}"));
-    Ok(Lookup::Missing(tried))
+    eprintln!(
+        "xtask: the local {} server at {addr} answers but refuses xtask: {refusals}",
+        kind.label()
+    );
+    tried.push(format!(
+        "local default server at {addr}: answers, but {refusals}"
+    ));
+    Ok(None)
 }
 
 /// Installs the command-line client of `kind` if it is missing.
@@ -357,10 +364,18 @@ fn ensure_client(kind: Kind) -> Result<()> {
     }
     sys::apt_install(
         kind.client_packages(),
-        &format!("the {} client `{}` is missing", kind.label(), kind.client_name()),
+        &format!(
+            "the {} client `{}` is missing",
+            kind.label(),
+            kind.client_name()
+        ),
     )?;
     if !kind.client_installed() {
-        bail!("`{}` is still missing after installing {}", kind.client_name(), kind.client_packages().join(" "));
+        bail!(
+            "`{}` is still missing after installing {}",
+            kind.client_name(),
+            kind.client_packages().join(" ")
+        );
     }
     Ok(())
 }
@@ -371,13 +386,21 @@ fn start_throwaways(
     root: bool,
     cleanup: &Cleanup,
 ) -> Result<Vec<(Kind, Started, bool)>> {
-    // What went wrong, with everything tried before, for a server that cannot be had.
-    let failure = |kind: Kind, tried: &[String], err: anyhow::Error| {
-        let mut lines = vec![format!("could not provide a {} server for the tests; tried:", kind.label())];
-        lines.extend(tried.iter().map(|t| format!("  - {t}")));
-        lines.push(format!("  - a throwaway server: {err:#}"));
+    // What went wrong, with everything tried before, for servers that cannot be had.
+    let failure = |kinds: &[Kind], err: anyhow::Error| {
+        let mut lines = Vec::new();
+        for (kind, tried) in needed.iter().filter(|(k, _)| kinds.contains(k)) {
+            lines.push(format!(
+                "could not provide a {} server for the tests; tried:",
+                kind.label()
+            ));
+            lines.extend(tried.iter().map(|t| format!("  - {t}")));
+            lines.push("  - a throwaway server: see below".to_string());
+        }
+        lines.push(format!("{err:#}"));
         anyhow!(lines.join("\n"))
     };
+    let all: Vec<Kind> = needed.iter().map(|(kind, _)| *kind).collect();
 
     // Packages first, in one apt-get call (two at once would fight over the dpkg lock).
     let missing: Vec<&str> = needed
@@ -387,22 +410,23 @@ fn start_throwaways(
         .collect();
     if !missing.is_empty() {
         let why = "throwaway database servers need their packages";
-        if let Err(err) = sys::apt_install(&missing, why) {
-            let (kind, tried) = &needed[0];
-            return Err(failure(*kind, tried, err));
-        }
+        sys::apt_install(&missing, why).map_err(|err| failure(&all, err))?;
     }
-    for (kind, tried) in needed {
-        if root {
-            sys::ensure_system_user(kind.system_user()).map_err(|err| failure(*kind, tried, err))?;
+    if root {
+        for kind in &all {
+            sys::ensure_system_user(kind.system_user()).map_err(|err| failure(&[*kind], err))?;
         }
     }
 
     let dir = std::env::temp_dir().join(format!("onestep-xtask-{}", sys::random_hex(6)?));
     cleanup.push(Action::RemoveDir { path: dir.clone() })?;
-    std::fs::create_dir(&dir).with_context(|| format!("could not create {}", dir.display()))?;
-    // The servers run as their own users and must be able to enter it.
-    sys::set_mode(&dir, 0o755)?;
+    std::fs::create_dir(&dir)
+        .with_context(|| format!("could not create the temp directory {}", dir.display()))
+        .and_then(|()| {
+            // The servers run as their own users and must be able to enter it.
+            sys::set_mode(&dir, 0o755)
+        })
+        .map_err(|err| failure(&all, err))?;
     let started = Instant::now();
     let results: Vec<(Kind, Result<(Started, Duration)>)> = std::thread::scope(|scope| {
         let handles: Vec<_> = needed
@@ -430,12 +454,15 @@ fn start_throwaways(
 
     let mut servers = Vec::new();
     for ((kind, result), (_, tried)) in results.into_iter().zip(needed) {
-        let (mut server, took) = result.map_err(|err| failure(kind, tried, err))?;
+        let (mut server, took) = result
+            .with_context(|| format!("starting a throwaway {} server failed", kind.label()))
+            .map_err(|err| failure(&[kind], err))?;
         server.description = format!(
-            "{} started in {:.1}s (files in {})",
+            "{} in {}, started in {:.1}s [{}]",
             server.description,
+            dir.join(kind.id()).display(),
             took.as_secs_f64(),
-            dir.join(kind.id()).display()
+            tried.join("; ")
         );
         servers.push((kind, server, false));
     }

@@ -77,7 +77,8 @@ pub fn file_tail(path: &Path, n: usize) -> String {
 
 /// Whether xtask runs as root (then servers run as their system users via `runuser`).
 pub fn is_root() -> Result<bool> {
-    let uid = run(Command::new("id").arg("-u")).context("could not find out the current user id")?;
+    let uid =
+        run(Command::new("id").arg("-u")).context("could not find out the current user id")?;
     Ok(uid.trim() == "0")
 }
 
@@ -128,8 +129,11 @@ pub fn command_as(user: &str, program: impl AsRef<OsStr>, root: bool) -> Command
 /// Hands `path` (recursively) to `user` and its login group; a no-op unless xtask is root.
 pub fn chown_to(path: &Path, user: &str, root: bool) -> Result<()> {
     if root {
-        run(Command::new("chown").arg("-R").arg(format!("{user}:")).arg(path))
-            .with_context(|| format!("could not hand {} to user {user}", path.display()))?;
+        run(Command::new("chown")
+            .arg("-R")
+            .arg(format!("{user}:"))
+            .arg(path))
+        .with_context(|| format!("could not hand {} to user {user}", path.display()))?;
     }
     Ok(())
 }
@@ -161,8 +165,9 @@ pub fn apt_install(packages: &[&str], why: &str) -> Result<()> {
     };
     if let Err(first) = install() {
         eprintln!("xtask: apt-get install failed; refreshing package lists and trying again");
-        run(Command::new("apt-get").args(["update", "-q"]))
-            .with_context(|| format!("apt-get install {list} failed ({first:#}); apt-get update failed too"))?;
+        run(Command::new("apt-get").args(["update", "-q"])).with_context(|| {
+            format!("apt-get install {list} failed ({first:#}); apt-get update failed too")
+        })?;
         install().with_context(|| format!("could not install {list}"))?;
     }
     eprintln!(

@@ -29,7 +29,10 @@ impl DbUrl {
     pub fn parse(raw: &str) -> Result<Self> {
         let raw = raw.trim();
         let Some((scheme, rest)) = raw.split_once("://") else {
-            bail!("expected scheme://user@host:port/database, got {}", redact(raw));
+            bail!(
+                "expected scheme://user@host:port/database, got {}",
+                redact(raw)
+            );
         };
         let (rest, query) = match rest.split_once('?') {
             Some((r, q)) => (r, Some(q.to_string())),
@@ -275,8 +278,18 @@ mod tests {
     /// Socket directories, IPv6 hosts and URLs without user or port round-trip.
     #[test]
     fn builds_socket_and_v6_urls() -> anyhow::Result<()> {
-        let socket = DbUrl::new("postgres", "postgres", None, "/tmp/x y", Some(5), "postgres");
-        assert_eq!(socket.to_string(), "postgres://postgres@%2Ftmp%2Fx%20y:5/postgres");
+        let socket = DbUrl::new(
+            "postgres",
+            "postgres",
+            None,
+            "/tmp/x y",
+            Some(5),
+            "postgres",
+        );
+        assert_eq!(
+            socket.to_string(),
+            "postgres://postgres@%2Ftmp%2Fx%20y:5/postgres"
+        );
         assert_eq!(DbUrl::parse(&socket.to_string())?.host(), "/tmp/x y");
         let v6 = DbUrl::parse("postgresql+psycopg://[::1]:5432/db")?;
         assert_eq!(v6.host(), "::1");

@@ -3,9 +3,9 @@
 //! port share one database, on PostgreSQL and on MySQL/MariaDB.
 //!
 //! Python is driven through `tests/python/interop.py` (one subcommand per call, JSON in, one JSON
-//! line out) from the virtualenv `<workspace>/.venv-ref`, which these tests create and fill from
-//! PyPI when it is missing or does not hold the reference (python3 with the `venv` module must be
-//! installed: a test fails, never skips, without it). Servers come from `ONESTEP_POSTGRES_URL` /
+//! line out) from the virtualenv `<workspace>/.venv-ref` (or `$ONESTEP_REFERENCE_VENV`), which
+//! these tests create and fill from PyPI when it is missing or does not hold the reference
+//! (python3 with the `venv` module must be installed: a test fails, never skips, without it). Servers come from `ONESTEP_POSTGRES_URL` /
 //! `ONESTEP_MYSQL_URL` or the local defaults, as in the other live tests; every test uses fresh
 //! random table names.
 //!
@@ -19,12 +19,16 @@
 //! 5. Tables created by one side are used by the other with `auto_create = false`, and both
 //!    sides create the same schema.
 //! 6. An execution running on one side's worker is cancelled from the other side.
+//!
+//! Two more are `#[ignore]`d while they document incompatibilities of this port: the stored
+//! error detail (the reference's has `sinks_succeeded` / `sinks_remaining`), and valid but
+//! non-canonical scalar tags, which Rust hashes verbatim where Python hashes them re-encoded.
 
 mod support;
 
 use std::collections::HashSet;
 use std::fs::OpenOptions;
-use std::io::Write;
+use std::io::{BufRead, BufReader, Read, Write};
 use std::marker::PhantomData;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -86,7 +90,8 @@ fn reference_ready(python: &Path) -> bool {
 }
 
 fn ensure_reference_venv() -> Result<PathBuf, String> {
-    let venv = workspace().join(".venv-ref");
+    let venv = std::env::var_os("ONESTEP_REFERENCE_VENV")
+        .map_or_else(|| workspace().join(".venv-ref"), PathBuf::from);
     let python = venv.join("bin").join("python");
     if reference_ready(&python) {
         return Ok(python);
@@ -225,6 +230,81 @@ fn run_python(command: &str, args: &Value) -> (Value, String) {
     }
 }
 
+/// A long-lived `interop.py session` process: the imports are paid once per test.
+struct PySession {
+    child: std::process::Child,
+    stdin: Option<std::process::ChildStdin>,
+    stdout: BufReader<std::process::ChildStdout>,
+    stderr: Arc<Mutex<String>>,
+}
+
+impl PySession {
+    fn start() -> Self {
+        let mut child = Command::new(python())
+            .arg(helper_script())
+            .arg("session")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start the Python helper: {e}"));
+        let stdin = child.stdin.take();
+        let stdout = BufReader::new(child.stdout.take().unwrap());
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let mut pipe = child.stderr.take().unwrap();
+        let sink = stderr.clone();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = pipe.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                sink.lock()
+                    .unwrap()
+                    .push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+        });
+        Self {
+            child,
+            stdin,
+            stdout,
+            stderr,
+        }
+    }
+
+    /// Runs one command; its JSON line and the session's standard error so far.
+    fn call(&mut self, command: &str, args: &Value) -> (Value, String) {
+        let request = json!({"command": command, "args": args}).to_string();
+        let stdin = self.stdin.as_mut().unwrap();
+        let sent = writeln!(stdin, "{request}").and_then(|()| stdin.flush());
+        let mut line = String::new();
+        let read = self.stdout.read_line(&mut line);
+        let stderr = self.stderr.lock().unwrap().clone();
+        match (sent, read, serde_json::from_str::<Value>(&line)) {
+            (Ok(()), Ok(n), Ok(value)) if n > 0 => (value, stderr),
+            (sent, read, _) => panic!(
+                "the Python helper session died on `{command}` (write: {sent:?}, read: {read:?}):\n\
+                 args: {args}\nstdout: {line}\nstderr: {stderr}"
+            ),
+        }
+    }
+}
+
+impl Drop for PySession {
+    fn drop(&mut self) {
+        drop(self.stdin.take()); // EOF ends the session loop
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Databases
 // ---------------------------------------------------------------------------------------------
@@ -241,7 +321,18 @@ trait Db: Dialect {
     async fn table_shape(url: &str, table: &str) -> Vec<String>;
     /// Drops tables (best effort).
     async fn drop_tables(url: &str, tables: &[&str]);
+    /// The stored `error` JSON of the one execution of `task`, and of its attempt.
+    async fn raw_errors(url: &str, tables: (&str, &str), task: &str) -> (Value, Value);
 }
+
+fn parse_stored(text: Option<String>) -> Value {
+    text.map_or(Value::Null, |t| {
+        serde_json::from_str(&t).expect("stored JSON")
+    })
+}
+
+/// name, data type, nullable, default, maximum length
+type PgColumn = (String, String, String, Option<String>, Option<i32>);
 
 impl Db for onestep_sql::postgres::Postgres {
     const PY_BACKEND: &'static str = "postgres";
@@ -253,7 +344,7 @@ impl Db for onestep_sql::postgres::Postgres {
 
     async fn table_shape(url: &str, table: &str) -> Vec<String> {
         let pool = sqlx::PgPool::connect(url).await.unwrap();
-        let columns: Vec<(String, String, String, Option<String>, Option<i32>)> = sqlx::query_as(
+        let columns: Vec<PgColumn> = sqlx::query_as(
             "SELECT column_name::text, data_type::text, is_nullable::text, column_default::text, \
              character_maximum_length::int4 FROM information_schema.columns \
              WHERE table_schema = current_schema() AND table_name = $1 ORDER BY ordinal_position",
@@ -285,6 +376,20 @@ impl Db for onestep_sql::postgres::Postgres {
             .chain(constraints.into_iter().map(|c| format!("constraint {c:?}")))
             .chain(indexes.into_iter().map(|i| format!("index {i:?}")))
             .collect()
+    }
+
+    async fn raw_errors(url: &str, (e, a): (&str, &str), task: &str) -> (Value, Value) {
+        let pool = sqlx::PgPool::connect(url).await.unwrap();
+        let (execution, attempt): (Option<String>, Option<String>) = sqlx::query_as(&format!(
+            "SELECT e.error::text, a.error::text FROM \"{e}\" e \
+             JOIN \"{a}\" a ON a.execution_id = e.id WHERE e.task_name = $1"
+        ))
+        .bind(task)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        pool.close().await;
+        (parse_stored(execution), parse_stored(attempt))
     }
 
     async fn drop_tables(url: &str, tables: &[&str]) {
@@ -325,6 +430,20 @@ impl Db for onestep_sql::mysql::MySql {
         columns.into_iter().chain(rest).collect()
     }
 
+    async fn raw_errors(url: &str, (e, a): (&str, &str), task: &str) -> (Value, Value) {
+        let pool = sqlx::MySqlPool::connect(url).await.unwrap();
+        let (execution, attempt): (Option<String>, Option<String>) = sqlx::query_as(&format!(
+            "SELECT CAST(e.error AS CHAR), CAST(a.error AS CHAR) FROM `{e}` e \
+             JOIN `{a}` a ON a.execution_id = e.id WHERE e.task_name = ?"
+        ))
+        .bind(task)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        pool.close().await;
+        (parse_stored(execution), parse_stored(attempt))
+    }
+
     async fn drop_tables(url: &str, tables: &[&str]) {
         if let Ok(pool) = sqlx::MySqlPool::connect(url).await {
             for table in tables {
@@ -350,16 +469,17 @@ fn sqlalchemy_dsn<D: Db>(url: &str) -> String {
 struct Case<D: Db> {
     url: String,
     options: BackendOptions,
+    session: Arc<Mutex<PySession>>,
     _dialect: PhantomData<D>,
 }
 
 impl<D: Db> Case<D> {
     fn new() -> Self {
-        // Set up the venv before anything is timed or raced.
-        python();
         Self {
             url: D::url(),
             options: support::live::fresh_options(),
+            // Starts importing while the test sets up its Rust side.
+            session: Arc::new(Mutex::new(PySession::start())),
             _dialect: PhantomData,
         }
     }
@@ -399,21 +519,31 @@ impl<D: Db> Case<D> {
         args
     }
 
-    /// Runs a helper command in the background.
+    /// Runs a helper command in its own process, in the background.
     fn py_spawn(&self, command: &str, extra: Value) -> tokio::task::JoinHandle<(Value, String)> {
         let args = self.py_args(extra);
         let command = command.to_string();
         tokio::task::spawn_blocking(move || run_python(&command, &args))
     }
 
+    /// Runs a helper command in the test's session; its output and the session's stderr.
+    async fn py_call(&self, command: &str, extra: Value) -> (Value, String) {
+        let args = self.py_args(extra);
+        let command = command.to_string();
+        let session = self.session.clone();
+        tokio::task::spawn_blocking(move || session.lock().unwrap().call(&command, &args))
+            .await
+            .unwrap()
+    }
+
     /// Runs a helper command; its output whether it succeeded or not.
     async fn py(&self, command: &str, extra: Value) -> Value {
-        self.py_spawn(command, extra).await.unwrap().0
+        self.py_call(command, extra).await.0
     }
 
     /// Runs a helper command that must succeed.
     async fn py_ok(&self, command: &str, extra: Value) -> Value {
-        let (out, stderr) = self.py_spawn(command, extra.clone()).await.unwrap();
+        let (out, stderr) = self.py_call(command, extra.clone()).await;
         assert_eq!(
             out["ok"], true,
             "Python `{command}` {extra} failed: {out}\nstderr: {stderr}"
@@ -468,6 +598,16 @@ fn handler_value_error() -> Value {
         "operation": null,
         "connector_kind": null,
     })
+}
+
+/// An error detail as the reference reads it (`dataclasses.asdict`): 1.15.0 added
+/// `sinks_succeeded` and `sinks_remaining`, null unless a sink failed.
+fn python_view(error: Value) -> Value {
+    let mut error = object(error);
+    for key in ["sinks_succeeded", "sinks_remaining"] {
+        error.entry(key).or_insert(Value::Null);
+    }
+    Value::Object(error)
 }
 
 async fn wait_for<B: ExecutionBackend>(
@@ -637,7 +777,10 @@ async fn python_submits_rust_worker_executes_python_reads<D: Db>() {
     assert_eq!(failed["ok"], false);
     assert_eq!(failed["error"], "ExecutionFailed", "{failed}");
     assert_eq!(failed["execution"]["status"], "failed");
-    assert_eq!(failed["execution"]["error"], handler_value_error());
+    assert_eq!(
+        failed["execution"]["error"],
+        python_view(handler_value_error())
+    );
     case.cleanup().await;
 }
 
@@ -704,7 +847,16 @@ async fn rust_submits_python_worker_executes_rust_reads<D: Db>() {
     assert!(done.started_at.is_some() && done.finished_at.is_some());
     match client.result::<Value>(bad.id).await {
         Err(ExecutionError::Failed(e)) => {
-            assert_eq!(e.error.unwrap().to_json(), handler_value_error());
+            let error = e.error.unwrap();
+            assert_eq!(
+                (error.kind.as_str(), error.exception_type.as_str()),
+                ("error", "ValueError")
+            );
+            assert_eq!(error.stage.as_deref(), Some("handler"));
+            assert_eq!(
+                (&error.backend, &error.operation, &error.connector_kind),
+                (&None, &None, &None)
+            );
         }
         other => panic!("expected Failed, got {other:?}"),
     }
@@ -785,6 +937,11 @@ async fn idempotency_keys_are_shared<D: Db>() {
         from_rust.expires_at,
         Some(datetime!(2031-02-03 04:05:06.789 +08:00))
     );
+    assert_eq!(
+        from_rust.available_at - from_rust.created_at,
+        time::Duration::seconds(30),
+        "Python's delay as Rust reads it"
+    );
 
     // Rust first, then Python.
     let first = client
@@ -808,6 +965,20 @@ async fn idempotency_keys_are_shared<D: Db>() {
         "Python resubmitting Rust's submission gets Rust's execution"
     );
     assert_eq!(again["payload"], idempotent_payload(2));
+    assert_eq!(again["metadata"], idempotent_metadata());
+    assert_eq!(again["expires_at"], "2031-02-02T20:05:06.789000+00:00");
+    let at = |field: &str| {
+        time::OffsetDateTime::parse(
+            again[field].as_str().unwrap(),
+            &time::format_description::well_known::Rfc3339,
+        )
+        .unwrap()
+    };
+    assert_eq!(
+        at("available_at") - at("created_at"),
+        time::Duration::seconds(30),
+        "Rust's delay as Python reads it"
+    );
 
     // Different content is a conflict on either side.
     match client
@@ -1130,6 +1301,147 @@ async fn python_cancels_an_execution_running_on_a_rust_worker<D: Db>() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// 7. The stored error detail
+// ---------------------------------------------------------------------------------------------
+
+async fn error_details_are_stored_and_read_like_the_reference<D: Db>() {
+    let case = Case::<D>::new();
+    let client = case.client(true);
+    let tables = (
+        case.options.table.as_str(),
+        case.options.attempts_table.as_str(),
+    );
+    // A handler failure, once from each worker.
+    let on_rust = client
+        .submit(
+            "fail-rust",
+            &json!({"n": 1, "fail": true}),
+            SubmitOptions::default(),
+        )
+        .await
+        .unwrap();
+    let on_python = client
+        .submit(
+            "fail-python",
+            &json!({"n": 1, "fail": true}),
+            SubmitOptions::default(),
+        )
+        .await
+        .unwrap();
+    let worker = RustWorker::start(&case, "fail-rust", false);
+    wait_for(
+        client.backend(),
+        on_rust.id,
+        "the Rust worker",
+        Duration::from_secs(20),
+        Execution::is_terminal,
+    )
+    .await;
+    worker.stop().await;
+    let work = case
+        .py_ok(
+            "work",
+            json!({"task": "fail-python", "ids": [on_python.id.to_string()]}),
+        )
+        .await;
+    assert_eq!(
+        work["statuses"][on_python.id.to_string()],
+        "failed",
+        "{work}"
+    );
+    let python = D::raw_errors(&case.url, tables, "fail-python").await;
+    let rust = D::raw_errors(&case.url, tables, "fail-rust").await;
+    assert_eq!(
+        python.0,
+        python_view(handler_value_error()),
+        "what the reference stores"
+    );
+    let mut gaps = Vec::new();
+    if rust != python {
+        gaps.push(format!(
+            "the Rust worker stores (execution, attempt) errors {rust:?}; the reference stores \
+             {python:?}"
+        ));
+    }
+
+    // A sink-stage failure recorded by the reference keeps its sink window when Rust reads it.
+    client
+        .submit("sink-python", &json!({"n": 1}), SubmitOptions::default())
+        .await
+        .unwrap();
+    let error = json!({
+        "kind": "error", "exception_type": "SinkError", "stage": "sink",
+        "sinks_succeeded": "audit", "sinks_remaining": "mail,webhook",
+    });
+    let failed = case
+        .py_ok(
+            "complete",
+            json!({"task": "sink-python", "status": "failed", "error": error}),
+        )
+        .await;
+    let read = client
+        .get(id_of(&failed["execution"]))
+        .await
+        .unwrap()
+        .unwrap();
+    let stored = D::raw_errors(&case.url, tables, "sink-python").await.0;
+    let seen = serde_json::to_value(read.error.unwrap()).unwrap();
+    if seen != stored {
+        gaps.push(format!(
+            "Rust reads the reference's stored error {stored:?} as {seen:?}"
+        ));
+    }
+    assert!(gaps.is_empty(), "{}", gaps.join("\n"));
+    case.cleanup().await;
+}
+
+/// Scalar tags Python accepts but writes differently: the same value submitted from Python
+/// (where it is a `UUID`, `datetime` or `Decimal` object) must hash the same.
+async fn non_canonical_scalar_tags_hash_like_the_reference<D: Db>() {
+    let case = Case::<D>::new();
+    let client = case.client(true);
+    let mut gaps = Vec::new();
+    for (i, (tag, canonical)) in [
+        (
+            json!({"$onestep": {"type": "uuid", "value": "6F1C1D2E-0A4B-4C5D-9E8F-7A6B5C4D3E2F"}}),
+            json!({"$onestep": {"type": "uuid", "value": "6f1c1d2e-0a4b-4c5d-9e8f-7a6b5c4d3e2f"}}),
+        ),
+        (
+            datetime_tag("2026-11-05 10:30:00.000+08:00"),
+            datetime_tag("2026-11-05T10:30:00+08:00"),
+        ),
+        (
+            json!({"$onestep": {"type": "decimal", "value": "1e2"}}),
+            json!({"$onestep": {"type": "decimal", "value": "1E+2"}}),
+        ),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let key = format!("tag-{i}");
+        let rust = client
+            .submit(
+                "tags",
+                &json!({"v": tag}),
+                SubmitOptions::default().idempotency_key(&key),
+            )
+            .await
+            .unwrap();
+        let python = case
+            .py_try_submit("tags", json!({"v": tag}), json!({"idempotency_key": key}))
+            .await;
+        if python["ok"] != true || id_of(&python["execution"]) != rust.id {
+            gaps.push(format!(
+                "{tag}: Rust stored {} (Python stores {canonical}); Python's resubmission: {}",
+                rust.payload["v"], python
+            ));
+        }
+    }
+    assert!(gaps.is_empty(), "{}", gaps.join("\n"));
+    case.cleanup().await;
+}
+
+// ---------------------------------------------------------------------------------------------
 // The tests, per database
 // ---------------------------------------------------------------------------------------------
 
@@ -1169,6 +1481,18 @@ macro_rules! interop_tests {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn python_cancels_an_execution_running_on_a_rust_worker() {
                 super::python_cancels_an_execution_running_on_a_rust_worker::<$dialect>().await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            #[ignore = "incompatibility: onestep 1.15.0's ExecutionErrorDetail has sinks_succeeded/sinks_remaining (stored by asdict, nulls included); onestep-core's has neither"]
+            async fn error_details_are_stored_and_read_like_the_reference() {
+                super::error_details_are_stored_and_read_like_the_reference::<$dialect>().await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            #[ignore = "incompatibility: Rust stores valid non-canonical uuid/datetime/decimal tags verbatim; Python re-encodes them canonically, so the idempotency digests differ"]
+            async fn non_canonical_scalar_tags_hash_like_the_reference() {
+                super::non_canonical_scalar_tags_hash_like_the_reference::<$dialect>().await;
             }
         }
     };

@@ -1,7 +1,9 @@
 """The Python side of `tests/python_interop.rs`: the real reference (onestep 1.15.0 +
 onestep-sql 0.7.1) driven from the Rust tests.
 
-Usage: interop.py COMMAND < JSON-ARGS (a JSON object on standard input, UTF-8). Prints exactly one JSON line on stdout:
+Usage: ``interop.py COMMAND < JSON-ARGS`` (a JSON object on standard input, UTF-8), or
+``interop.py session``, which reads one request per line (``{"command": …, "args": {…}}``) so
+a test pays for the imports once. Each command answers with one JSON line on stdout:
 ``{"ok": true, ...}`` or ``{"ok": false, "error": "<exception class>", "message": "..."}``
 (expected errors, such as ExecutionConflict, are reported this way; tracebacks go to stderr).
 
@@ -20,6 +22,8 @@ Commands:
   result         namespace, id -> {"result": …} or the client's exception
   list           namespace, [task, status, limit, cursor] -> {"items": [...], "next_cursor": …}
   cancel         namespace, id, [reason] -> {"execution": … | null}
+  complete       namespace, task, status, [result, error (ExecutionErrorDetail fields), delay_s]
+                 -> claims one execution of the task and completes it -> {"execution": …}
   work           namespace, task, ids, [timeout_s, lease_duration_s, heartbeat_interval_s,
                  poll_interval_s] -> runs a OneStepApp worker with an execution source until every
                  id is terminal (or the timeout), then {"handled": [...], "statuses": {...},
@@ -40,7 +44,13 @@ from datetime import datetime
 from importlib.metadata import version
 from typing import Any
 
-from onestep import ExecutionClient, ExecutionStatus, OneStepApp
+from onestep import (
+    ExecutionClient,
+    ExecutionCompletion,
+    ExecutionErrorDetail,
+    ExecutionStatus,
+    OneStepApp,
+)
 from onestep.capture.codec import decode_value, encode_value
 
 TERMINAL = {"succeeded", "failed", "cancelled", "expired"}
@@ -156,6 +166,31 @@ async def cmd_cancel(args: dict[str, Any]) -> dict[str, Any]:
     return {"execution": execution_json(execution)}
 
 
+async def cmd_complete(args: dict[str, Any]) -> dict[str, Any]:
+    backend = make_backend(args)
+    await backend.open()
+    try:
+        leases = await backend.claim(
+            args["namespace"], [args["task"]], 1, 30.0, "python-interop-claimer"
+        )
+        if not leases:
+            raise LookupError(f"no execution of {args['task']!r} to claim")
+        lease = leases[0]
+        error = args.get("error")
+        completion = ExecutionCompletion(
+            status=ExecutionStatus(args["status"]),
+            result=decode_value(args.get("result")),
+            error=None if error is None else ExecutionErrorDetail(**error),
+            delay_s=args.get("delay_s"),
+        )
+        execution = await backend.complete(
+            lease.execution.id, lease.attempt_id, lease.lease_token, completion
+        )
+    finally:
+        await backend.close()
+    return {"execution": execution_json(execution)}
+
+
 async def cmd_work(args: dict[str, Any]) -> dict[str, Any]:
     namespace, task, ids = args["namespace"], args["task"], list(args["ids"])
     worker_backend = make_backend(args)
@@ -208,21 +243,34 @@ COMMANDS = {
     "result": cmd_result,
     "list": cmd_list,
     "cancel": cmd_cancel,
+    "complete": cmd_complete,
     "work": cmd_work,
 }
 
 
-def main() -> int:
-    if len(sys.argv) != 2 or sys.argv[1] not in COMMANDS:
-        print(f"usage: interop.py {{{'|'.join(COMMANDS)}}} < JSON-ARGS", file=sys.stderr)
-        return 2
-    args = json.loads(sys.stdin.buffer.read().decode("utf-8"))
+def run_command(name: str, args: dict[str, Any]) -> dict[str, Any]:
     try:
-        out = {"ok": True, **asyncio.run(COMMANDS[sys.argv[1]](args))}
+        return {"ok": True, **asyncio.run(COMMANDS[name](args))}
     except Exception as exc:  # reported to the Rust side by class name
         traceback.print_exc()
-        out = failure(exc)
-    print(json.dumps(out, sort_keys=True))
+        return failure(exc)
+
+
+def main() -> int:
+    if len(sys.argv) == 2 and sys.argv[1] == "session":
+        # One request per line: {"command": ..., "args": {...}}; one answer line each.
+        for line in sys.stdin.buffer:
+            if not line.strip():
+                continue
+            request = json.loads(line.decode("utf-8"))
+            out = run_command(request["command"], request["args"])
+            print(json.dumps(out, sort_keys=True), flush=True)
+        return 0
+    if len(sys.argv) != 2 or sys.argv[1] not in COMMANDS:
+        print(f"usage: interop.py {{session|{'|'.join(COMMANDS)}}} < JSON-ARGS", file=sys.stderr)
+        return 2
+    args = json.loads(sys.stdin.buffer.read().decode("utf-8"))
+    print(json.dumps(run_command(sys.argv[1], args), sort_keys=True))
     return 0
 
 

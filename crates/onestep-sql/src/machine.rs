@@ -316,6 +316,28 @@ impl<D: Dialect> SqlExecutionBackend<D> {
             .to_offset(time::UtcOffset::UTC))
     }
 
+    /// Commits when `out` is a success, rolls back otherwise. Every write path ends here, so a
+    /// failed or fenced operation never leaves its row locks to a lazy rollback (which would make
+    /// other workers' `SKIP LOCKED` claims skip the row until the connection is reused).
+    async fn finish<T>(
+        tx: Tx<D>,
+        out: ExecutionResult<T>,
+        operation: ConnectorOperation,
+    ) -> ExecutionResult<T> {
+        match out {
+            Ok(value) => {
+                Self::commit(tx, operation).await?;
+                Ok(value)
+            }
+            Err(err) => {
+                if let Err(rollback) = tx.rollback().await {
+                    tracing::debug!(error = %rollback, "rollback after a failed operation failed");
+                }
+                Err(err)
+            }
+        }
+    }
+
     async fn commit(tx: Tx<D>, operation: ConnectorOperation) -> ExecutionResult<()> {
         tx.commit().await.map_err(db::<D>(operation))
     }
@@ -484,7 +506,7 @@ impl<D: Dialect> SqlExecutionBackend<D> {
             }
             Err(err) => {
                 let unique = matches!(&err, sqlx::Error::Database(e) if e.is_unique_violation());
-                drop(tx);
+                let _ = tx.rollback().await;
                 let Some(key) = request.idempotency_key.as_ref().filter(|_| unique) else {
                     return Err(db::<D>(op)(err));
                 };
@@ -757,44 +779,46 @@ impl<D: Dialect> ExecutionBackend for SqlExecutionBackend<D> {
         }
         let op = ConnectorOperation::Send;
         let mut tx = self.begin(op).await?;
-        let now = self.now(&mut tx, op).await?;
-        let Some(mut row) = Self::one(
-            &mut tx,
-            &self.inner.statements.get_in_namespace_for_update,
-            vec![namespace.into(), id.into()],
-            op,
-        )
-        .await?
-        else {
-            Self::commit(tx, op).await?;
-            return Ok(None);
-        };
-        if let Some(target) = cancel_target(row.status) {
-            let finished = (target == ExecutionStatus::Cancelled).then_some(now);
-            D::execute(
+        let out: ExecutionResult<_> = async {
+            let now = self.now(&mut tx, op).await?;
+            let Some(mut row) = Self::one(
                 &mut tx,
-                &self.inner.statements.cancel,
-                vec![
-                    target.as_str().into(),
-                    reason.map(str::to_string).into(),
-                    now.into(),
-                    finished.or(row.finished_at).into(),
-                    now.into(),
-                    id.into(),
-                    row.version.into(),
-                ],
+                &self.inner.statements.get_in_namespace_for_update,
+                vec![namespace.into(), id.into()],
+                op,
             )
-            .await
-            .map_err(db::<D>(op))?;
-            row.status = target;
-            row.cancel_reason = reason.map(str::to_string);
-            row.cancel_requested_at = Some(now);
-            row.finished_at = finished.or(row.finished_at);
-            row.updated_at = now;
-            row.version += 1;
+            .await?
+            else {
+                return Ok(None);
+            };
+            if let Some(target) = cancel_target(row.status) {
+                let finished = (target == ExecutionStatus::Cancelled).then_some(now);
+                D::execute(
+                    &mut tx,
+                    &self.inner.statements.cancel,
+                    vec![
+                        target.as_str().into(),
+                        reason.map(str::to_string).into(),
+                        now.into(),
+                        finished.or(row.finished_at).into(),
+                        now.into(),
+                        id.into(),
+                        row.version.into(),
+                    ],
+                )
+                .await
+                .map_err(db::<D>(op))?;
+                row.status = target;
+                row.cancel_reason = reason.map(str::to_string);
+                row.cancel_requested_at = Some(now);
+                row.finished_at = finished.or(row.finished_at);
+                row.updated_at = now;
+                row.version += 1;
+            }
+            row.to_execution().map(Some)
         }
-        Self::commit(tx, op).await?;
-        row.to_execution().map(Some)
+        .await;
+        Self::finish(tx, out, op).await
     }
 }
 
@@ -872,74 +896,77 @@ impl<D: Dialect> SqlExecutionBackend<D> {
         let op = ConnectorOperation::Fetch;
         let worker_id = worker_id.trim().to_string();
         let mut tx = self.begin(op).await?;
-        let now = self.now(&mut tx, op).await?;
-        self.maintain(&mut tx, now).await?;
-        let mut params: Vec<Param> = vec![namespace.into()];
-        params.extend(task_names.iter().map(|t| Param::from(t.trim())));
-        params.extend([
-            now.into(),
-            now.into(),
-            i64::try_from(limit).unwrap_or(i64::MAX).into(),
-        ]);
-        let rows = D::fetch_executions(&mut tx, &self.claim_sql(task_names.len()), params)
-            .await
-            .map_err(db::<D>(op))?;
-        let lease_expires_at = later(now, lease_duration);
-        let s = &self.inner.statements;
-        let mut leases = Vec::with_capacity(rows.len());
-        for mut row in rows {
-            let attempt_id = Uuid::new_v4();
-            let lease_token = Uuid::new_v4();
-            let previous_version = row.version;
-            row.status = ExecutionStatus::Running;
-            row.attempts += 1;
-            row.lease_token = Some(lease_token);
-            row.lease_expires_at = Some(lease_expires_at);
-            row.worker_id = Some(worker_id.clone());
-            row.started_at = row.started_at.or(Some(now));
-            row.updated_at = now;
-            row.version += 1;
-            D::execute(
-                &mut tx,
-                &s.start,
-                vec![
-                    row.attempts.into(),
-                    lease_token.into(),
-                    lease_expires_at.into(),
-                    worker_id.clone().into(),
-                    row.started_at.into(),
-                    now.into(),
-                    row.version.into(),
-                    row.id.into(),
-                    previous_version.into(),
-                ],
-            )
-            .await
-            .map_err(db::<D>(op))?;
-            D::execute(
-                &mut tx,
-                &s.insert_attempt,
-                vec![
-                    attempt_id.into(),
-                    row.id.into(),
-                    row.attempts.into(),
-                    lease_token.into(),
-                    worker_id.clone().into(),
-                    now.into(),
-                    now.into(),
-                ],
-            )
-            .await
-            .map_err(db::<D>(op))?;
-            leases.push(ExecutionLease {
-                execution: row.to_execution()?,
-                attempt_id,
-                lease_token,
-                lease_expires_at,
-            });
+        let out: ExecutionResult<_> = async {
+            let now = self.now(&mut tx, op).await?;
+            self.maintain(&mut tx, now).await?;
+            let mut params: Vec<Param> = vec![namespace.into()];
+            params.extend(task_names.iter().map(|t| Param::from(t.trim())));
+            params.extend([
+                now.into(),
+                now.into(),
+                i64::try_from(limit).unwrap_or(i64::MAX).into(),
+            ]);
+            let rows = D::fetch_executions(&mut tx, &self.claim_sql(task_names.len()), params)
+                .await
+                .map_err(db::<D>(op))?;
+            let lease_expires_at = later(now, lease_duration);
+            let s = &self.inner.statements;
+            let mut leases = Vec::with_capacity(rows.len());
+            for mut row in rows {
+                let attempt_id = Uuid::new_v4();
+                let lease_token = Uuid::new_v4();
+                let previous_version = row.version;
+                row.status = ExecutionStatus::Running;
+                row.attempts += 1;
+                row.lease_token = Some(lease_token);
+                row.lease_expires_at = Some(lease_expires_at);
+                row.worker_id = Some(worker_id.clone());
+                row.started_at = row.started_at.or(Some(now));
+                row.updated_at = now;
+                row.version += 1;
+                D::execute(
+                    &mut tx,
+                    &s.start,
+                    vec![
+                        row.attempts.into(),
+                        lease_token.into(),
+                        lease_expires_at.into(),
+                        worker_id.clone().into(),
+                        row.started_at.into(),
+                        now.into(),
+                        row.version.into(),
+                        row.id.into(),
+                        previous_version.into(),
+                    ],
+                )
+                .await
+                .map_err(db::<D>(op))?;
+                D::execute(
+                    &mut tx,
+                    &s.insert_attempt,
+                    vec![
+                        attempt_id.into(),
+                        row.id.into(),
+                        row.attempts.into(),
+                        lease_token.into(),
+                        worker_id.clone().into(),
+                        now.into(),
+                        now.into(),
+                    ],
+                )
+                .await
+                .map_err(db::<D>(op))?;
+                leases.push(ExecutionLease {
+                    execution: row.to_execution()?,
+                    attempt_id,
+                    lease_token,
+                    lease_expires_at,
+                });
+            }
+            Ok(leases)
         }
-        Self::commit(tx, op).await?;
-        Ok(leases)
+        .await;
+        Self::finish(tx, out, op).await
     }
 
     async fn heartbeat_once(
@@ -958,50 +985,53 @@ impl<D: Dialect> SqlExecutionBackend<D> {
         let op = ConnectorOperation::Heartbeat;
         let s = &self.inner.statements;
         let mut tx = self.begin(op).await?;
-        let now = self.now(&mut tx, op).await?;
-        let expires = later(now, lease_duration);
-        let renewed = D::execute(
-            &mut tx,
-            &s.heartbeat,
-            vec![
-                expires.into(),
-                now.into(),
-                execution_id.into(),
-                lease_token.into(),
-                now.into(),
-            ],
-        )
-        .await
-        .map_err(db::<D>(op))?;
-        let beat = D::execute(
-            &mut tx,
-            &s.heartbeat_attempt,
-            vec![
-                now.into(),
-                attempt_id.into(),
-                execution_id.into(),
-                lease_token.into(),
-            ],
-        )
-        .await
-        .map_err(db::<D>(op))?;
-        if renewed != 1 || beat != 1 {
-            drop(tx);
-            return Err(ExecutionError::lease_lost());
+        let out: ExecutionResult<_> = async {
+            let now = self.now(&mut tx, op).await?;
+            let expires = later(now, lease_duration);
+            let renewed = D::execute(
+                &mut tx,
+                &s.heartbeat,
+                vec![
+                    expires.into(),
+                    now.into(),
+                    execution_id.into(),
+                    lease_token.into(),
+                    now.into(),
+                ],
+            )
+            .await
+            .map_err(db::<D>(op))?;
+            let beat = D::execute(
+                &mut tx,
+                &s.heartbeat_attempt,
+                vec![
+                    now.into(),
+                    attempt_id.into(),
+                    execution_id.into(),
+                    lease_token.into(),
+                ],
+            )
+            .await
+            .map_err(db::<D>(op))?;
+            if renewed != 1 || beat != 1 {
+                return Err(ExecutionError::lease_lost());
+            }
+            let row = Self::one(
+                &mut tx,
+                &s.get_for_update.replace(D::FOR_UPDATE, ""),
+                vec![execution_id.into()],
+                op,
+            )
+            .await?;
+            let cancel_requested =
+                row.is_some_and(|r| r.status == ExecutionStatus::CancelRequested);
+            Ok(HeartbeatResult {
+                lease_expires_at: expires,
+                cancel_requested,
+            })
         }
-        let row = Self::one(
-            &mut tx,
-            &s.get_for_update.replace(D::FOR_UPDATE, ""),
-            vec![execution_id.into()],
-            op,
-        )
-        .await?;
-        Self::commit(tx, op).await?;
-        let cancel_requested = row.is_some_and(|r| r.status == ExecutionStatus::CancelRequested);
-        Ok(HeartbeatResult {
-            lease_expires_at: expires,
-            cancel_requested,
-        })
+        .await;
+        Self::finish(tx, out, op).await
     }
 
     async fn complete_once(
@@ -1015,103 +1045,105 @@ impl<D: Dialect> SqlExecutionBackend<D> {
         let op = ConnectorOperation::Ack;
         let s = &self.inner.statements;
         let mut tx = self.begin(op).await?;
-        let now = self.now(&mut tx, op).await?;
-        let Some(mut row) =
-            Self::one(&mut tx, &s.get_for_update, vec![execution_id.into()], op).await?
-        else {
-            return Err(ExecutionError::LeaseLost("execution does not exist".into()));
-        };
-        let requested = completion.status();
-        let (status, result, error) = if cancel_wins(&completion, row.status) {
-            (ExecutionStatus::Cancelled, None, None)
-        } else {
-            match &completion {
-                ExecutionCompletion::Succeeded { result } => (
+        let out: ExecutionResult<_> = async {
+            let now = self.now(&mut tx, op).await?;
+            let Some(mut row) =
+                Self::one(&mut tx, &s.get_for_update, vec![execution_id.into()], op).await?
+            else {
+                return Err(ExecutionError::LeaseLost("execution does not exist".into()));
+            };
+            let requested = completion.status();
+            let (status, result, error) = if cancel_wins(&completion, row.status) {
+                (ExecutionStatus::Cancelled, None, None)
+            } else {
+                match &completion {
+                    ExecutionCompletion::Succeeded { result } => (
+                        requested,
+                        Some(encode_result(result, &self.inner.options.limits)?),
+                        None,
+                    ),
+                    other => (requested, None, other.error().map(|e| e.to_json())),
+                }
+            };
+            let fenced = row.lease_token == Some(lease_token)
+                && completion_sources(requested).contains(&row.status)
+                && row.lease_expires_at.is_some_and(|e| e > now);
+            if !fenced {
+                if is_replay(
                     requested,
-                    Some(encode_result(result, &self.inner.options.limits)?),
-                    None,
-                ),
-                other => (requested, None, other.error().map(|e| e.to_json())),
+                    row.status,
+                    row.result.as_ref(),
+                    row.error.as_ref(),
+                    result.as_ref(),
+                    error.as_ref(),
+                ) {
+                    return row.to_execution();
+                }
+                return Err(ExecutionError::lease_lost());
             }
-        };
-        let fenced = row.lease_token == Some(lease_token)
-            && completion_sources(requested).contains(&row.status)
-            && row.lease_expires_at.is_some_and(|e| e > now);
-        if !fenced {
-            drop(tx);
-            if is_replay(
-                requested,
-                row.status,
-                row.result.as_ref(),
-                row.error.as_ref(),
-                result.as_ref(),
-                error.as_ref(),
-            ) {
-                return row.to_execution();
+            let (available_at, finished_at) = match &completion {
+                ExecutionCompletion::Retrying { delay_s, .. }
+                    if status == ExecutionStatus::Retrying =>
+                {
+                    (
+                        later(now, Duration::from_secs_f64(delay_s.unwrap_or(0.0))),
+                        None,
+                    )
+                }
+                _ => (row.available_at, Some(now)),
+            };
+            let changed = D::execute(
+                &mut tx,
+                &s.complete,
+                vec![
+                    status.as_str().into(),
+                    now.into(),
+                    Param::OptJson(result.clone()),
+                    Param::OptJson(error.clone()),
+                    available_at.into(),
+                    finished_at.into(),
+                    execution_id.into(),
+                    row.version.into(),
+                ],
+            )
+            .await
+            .map_err(db::<D>(op))?;
+            if changed != 1 {
+                return Err(ExecutionError::lease_lost());
             }
-            return Err(ExecutionError::lease_lost());
-        }
-        let (available_at, finished_at) = match &completion {
-            ExecutionCompletion::Retrying { delay_s, .. }
-                if status == ExecutionStatus::Retrying =>
-            {
-                (
-                    later(now, Duration::from_secs_f64(delay_s.unwrap_or(0.0))),
-                    None,
-                )
+            let attempt = D::execute(
+                &mut tx,
+                &s.finish_attempt,
+                vec![
+                    attempt_status_for(status).as_str().into(),
+                    Param::OptJson(error.clone()),
+                    now.into(),
+                    attempt_id.into(),
+                    execution_id.into(),
+                    lease_token.into(),
+                ],
+            )
+            .await
+            .map_err(db::<D>(op))?;
+            if attempt != 1 {
+                return Err(ExecutionError::LeaseLost(
+                    "execution attempt is no longer valid".into(),
+                ));
             }
-            _ => (row.available_at, Some(now)),
-        };
-        let changed = D::execute(
-            &mut tx,
-            &s.complete,
-            vec![
-                status.as_str().into(),
-                now.into(),
-                Param::OptJson(result.clone()),
-                Param::OptJson(error.clone()),
-                available_at.into(),
-                finished_at.into(),
-                execution_id.into(),
-                row.version.into(),
-            ],
-        )
-        .await
-        .map_err(db::<D>(op))?;
-        if changed != 1 {
-            return Err(ExecutionError::lease_lost());
+            row.status = status;
+            row.updated_at = now;
+            row.version += 1;
+            row.lease_token = None;
+            row.lease_expires_at = None;
+            row.worker_id = None;
+            row.result = result;
+            row.error = error;
+            row.available_at = available_at;
+            row.finished_at = finished_at;
+            row.to_execution()
         }
-        let attempt = D::execute(
-            &mut tx,
-            &s.finish_attempt,
-            vec![
-                attempt_status_for(status).as_str().into(),
-                Param::OptJson(error.clone()),
-                now.into(),
-                attempt_id.into(),
-                execution_id.into(),
-                lease_token.into(),
-            ],
-        )
-        .await
-        .map_err(db::<D>(op))?;
-        if attempt != 1 {
-            return Err(ExecutionError::LeaseLost(
-                "execution attempt is no longer valid".into(),
-            ));
-        }
-        Self::commit(tx, op).await?;
-        row.status = status;
-        row.updated_at = now;
-        row.version += 1;
-        row.lease_token = None;
-        row.lease_expires_at = None;
-        row.worker_id = None;
-        row.result = result;
-        row.error = error;
-        row.available_at = available_at;
-        row.finished_at = finished_at;
-        row.to_execution()
+        .await;
+        Self::finish(tx, out, op).await
     }
 
     async fn release_once(
@@ -1123,56 +1155,59 @@ impl<D: Dialect> SqlExecutionBackend<D> {
         let op = ConnectorOperation::Retry;
         let s = &self.inner.statements;
         let mut tx = self.begin(op).await?;
-        let now = self.now(&mut tx, op).await?;
-        let Some(mut row) =
-            Self::one(&mut tx, &s.get_for_update, vec![execution_id.into()], op).await?
-        else {
-            return Err(ExecutionError::LeaseLost("execution does not exist".into()));
-        };
-        let fenced = row.status == ExecutionStatus::Running
-            && row.lease_token == Some(lease_token)
-            && row.lease_expires_at.is_some_and(|e| e > now);
-        if !fenced
-            || !self
-                .attempt_is_running(&mut tx, execution_id, attempt_id, lease_token, op)
-                .await?
-        {
-            return Err(ExecutionError::lease_lost());
+        let out: ExecutionResult<_> = async {
+            let now = self.now(&mut tx, op).await?;
+            let Some(mut row) =
+                Self::one(&mut tx, &s.get_for_update, vec![execution_id.into()], op).await?
+            else {
+                return Err(ExecutionError::LeaseLost("execution does not exist".into()));
+            };
+            let fenced = row.status == ExecutionStatus::Running
+                && row.lease_token == Some(lease_token)
+                && row.lease_expires_at.is_some_and(|e| e > now);
+            if !fenced
+                || !self
+                    .attempt_is_running(&mut tx, execution_id, attempt_id, lease_token, op)
+                    .await?
+            {
+                return Err(ExecutionError::lease_lost());
+            }
+            D::execute(
+                &mut tx,
+                &s.release,
+                vec![
+                    now.into(),
+                    now.into(),
+                    execution_id.into(),
+                    row.version.into(),
+                ],
+            )
+            .await
+            .map_err(db::<D>(op))?;
+            D::execute(
+                &mut tx,
+                &s.finish_attempt,
+                vec![
+                    AttemptStatus::LeaseLost.as_str().into(),
+                    Param::OptJson(None),
+                    now.into(),
+                    attempt_id.into(),
+                    execution_id.into(),
+                    lease_token.into(),
+                ],
+            )
+            .await
+            .map_err(db::<D>(op))?;
+            row.status = ExecutionStatus::Queued;
+            row.available_at = now;
+            row.lease_token = None;
+            row.lease_expires_at = None;
+            row.worker_id = None;
+            row.updated_at = now;
+            row.version += 1;
+            row.to_execution()
         }
-        D::execute(
-            &mut tx,
-            &s.release,
-            vec![
-                now.into(),
-                now.into(),
-                execution_id.into(),
-                row.version.into(),
-            ],
-        )
-        .await
-        .map_err(db::<D>(op))?;
-        D::execute(
-            &mut tx,
-            &s.finish_attempt,
-            vec![
-                AttemptStatus::LeaseLost.as_str().into(),
-                Param::OptJson(None),
-                now.into(),
-                attempt_id.into(),
-                execution_id.into(),
-                lease_token.into(),
-            ],
-        )
-        .await
-        .map_err(db::<D>(op))?;
-        Self::commit(tx, op).await?;
-        row.status = ExecutionStatus::Queued;
-        row.available_at = now;
-        row.lease_token = None;
-        row.lease_expires_at = None;
-        row.worker_id = None;
-        row.updated_at = now;
-        row.version += 1;
-        row.to_execution()
+        .await;
+        Self::finish(tx, out, op).await
     }
 }

@@ -29,6 +29,7 @@ live_cases!(
     expired_lease_takeover_fences_the_old_worker,
     cancel_and_complete_race_has_one_terminal_winner,
     missing_tables_are_reported_by_name,
+    a_rejected_completion_leaves_no_row_lock_behind,
 );
 
 #[tokio::test]

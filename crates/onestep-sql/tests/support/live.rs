@@ -312,3 +312,21 @@ pub async fn dsn_passwords_never_appear_in_errors<D: Dialect>(scheme: &str) {
         "a refused connection is retryable: {err}"
     );
 }
+
+/// A completion rejected as stale leaves no row lock behind: a claim on another connection right
+/// after it still gets the row (a lazy rollback would keep the lock and SKIP LOCKED would skip it).
+pub async fn a_rejected_completion_leaves_no_row_lock_behind<D: Dialect>(dsn: &str) {
+    let b = SqlExecutionBackend::<D>::new(dsn, fresh_options()).unwrap();
+    for n in 0..5 {
+        let e = b.submit(request("locks", n)).await.unwrap();
+        let first = claim(&b, "locks", 1, 30.0, "w").await.remove(0);
+        b.release(e.id, first.attempt_id, first.lease_token).await.unwrap();
+        let stale = b.complete(e.id, first.attempt_id, first.lease_token, ExecutionCompletion::Succeeded { result: json!(1) }).await;
+        assert!(stale.unwrap_err().is_lease_lost());
+        let stale_release = b.release(e.id, first.attempt_id, first.lease_token).await;
+        assert!(stale_release.unwrap_err().is_lease_lost());
+        let again = claim(&b, "locks", 1, 30.0, "w").await;
+        assert_eq!(again.len(), 1, "round {n}: the row is claimable right after the rejected writes");
+        b.complete(e.id, again[0].attempt_id, again[0].lease_token, ExecutionCompletion::Succeeded { result: json!(n) }).await.unwrap();
+    }
+}

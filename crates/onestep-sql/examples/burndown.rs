@@ -1,0 +1,221 @@
+//! Burn-down benchmark: submit N executions (an idempotency key on each), then drain them with
+//! one worker (no-op handler returning a small JSON result); prints one JSON line with submit/s,
+//! drained/s and submit→running / submit→succeeded percentiles.
+//!
+//! `cargo run --release -p onestep-sql --example burndown -- --dsn URL [--n 20000]
+//! [--concurrency 64] [--batch 100] [--submit-batch 0]` (`--submit-batch 0`: one by one).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use onestep_core::execution::{
+    ExecutionBackend, ExecutionQuery, ExecutionRequest, ExecutionSource, ExecutionSourceOptions,
+    ExecutionStatus, SubmitOptions,
+};
+use onestep_core::{OneStepApp, Task, TaskContext, TaskError};
+use onestep_sql::{BackendOptions, Dialect, SqlExecutionBackend};
+use serde_json::{Value, json};
+
+struct Args {
+    dsn: String,
+    n: usize,
+    concurrency: usize,
+    batch: usize,
+    submit_batch: usize,
+}
+
+fn args() -> Result<Args, String> {
+    let mut a = Args {
+        dsn: String::new(),
+        n: 20_000,
+        concurrency: 64,
+        batch: 100,
+        submit_batch: 0,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let mut value = || it.next().ok_or_else(|| format!("{flag} needs a value"));
+        match flag.as_str() {
+            "--dsn" => a.dsn = value()?,
+            "--n" => a.n = value()?.parse().map_err(|e| format!("--n: {e}"))?,
+            "--concurrency" => {
+                a.concurrency = value()?
+                    .parse()
+                    .map_err(|e| format!("--concurrency: {e}"))?
+            }
+            "--batch" => a.batch = value()?.parse().map_err(|e| format!("--batch: {e}"))?,
+            "--submit-batch" => {
+                a.submit_batch = value()?
+                    .parse()
+                    .map_err(|e| format!("--submit-batch: {e}"))?
+            }
+            other => return Err(format!("unknown flag {other}")),
+        }
+    }
+    if a.dsn.is_empty() {
+        return Err("--dsn is required".into());
+    }
+    Ok(a)
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+async fn run<D: Dialect>(a: Args) -> Result<Value, Box<dyn std::error::Error>> {
+    let suffix = uuid::Uuid::new_v4().simple().to_string()[..8].to_string();
+    let options = BackendOptions {
+        table: format!("bench{suffix}_executions"),
+        attempts_table: format!("bench{suffix}_attempts"),
+        ..BackendOptions::default()
+    };
+    let backend = SqlExecutionBackend::<D>::new(&a.dsn, options)?;
+    backend.open().await?;
+    let ns = "bench";
+    let started = Instant::now();
+    if a.submit_batch == 0 {
+        for i in 0..a.n {
+            let r = ExecutionRequest::new(
+                ns,
+                "noop",
+                json!({"i": i}),
+                SubmitOptions::default().idempotency_key(format!("k{i}")),
+            )?;
+            backend.submit(r).await?;
+        }
+    } else {
+        for chunk in (0..a.n).collect::<Vec<_>>().chunks(a.submit_batch) {
+            let requests = chunk
+                .iter()
+                .map(|i| {
+                    ExecutionRequest::new(
+                        ns,
+                        "noop",
+                        json!({"i": i}),
+                        SubmitOptions::default().idempotency_key(format!("k{i}")),
+                    )
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            for r in backend.submit_many(requests).await? {
+                r?;
+            }
+        }
+    }
+    let submit_s = started.elapsed().as_secs_f64();
+
+    let mut o = ExecutionSourceOptions::new(ns, "noop");
+    o.batch_size = a.batch;
+    o.poll_interval_s = 0.05;
+    o.lease_duration_s = 60.0;
+    o.heartbeat_interval_s = 20.0;
+    let source = Arc::new(ExecutionSource::new(backend.clone(), o)?);
+    let app = OneStepApp::builder("bench")
+        .task(
+            Task::new("noop")
+                .source(source)
+                .concurrency(a.concurrency)
+                .handler(|_ctx: TaskContext, _v: Value| async {
+                    Ok::<_, TaskError>(json!({"ok": true}))
+                }),
+        )
+        .build()?;
+    let handle = app.handle();
+    let drain_started = Instant::now();
+    let worker = tokio::spawn(async move { app.serve().await });
+    let succeeded = ExecutionQuery {
+        namespace: ns.into(),
+        task_name: None,
+        status: Some(ExecutionStatus::Succeeded),
+        limit: 1,
+        cursor: None,
+    };
+    let _ = &succeeded;
+    let stats_every = Duration::from_millis(100);
+    loop {
+        let stats = backend.stats(Some(ns)).await?;
+        let done = stats
+            .iter()
+            .filter(|s| s.status.is_terminal())
+            .map(|s| s.count)
+            .sum::<usize>();
+        if done >= a.n {
+            break;
+        }
+        tokio::time::sleep(stats_every).await;
+    }
+    let drain_s = drain_started.elapsed().as_secs_f64();
+    handle.request_shutdown();
+    worker.await??;
+
+    // Latencies from the stored timestamps.
+    let mut pickup = Vec::with_capacity(a.n);
+    let mut finish = Vec::with_capacity(a.n);
+    let mut cursor = None;
+    loop {
+        let q = ExecutionQuery {
+            namespace: ns.into(),
+            task_name: None,
+            status: None,
+            limit: 200,
+            cursor: cursor.clone(),
+        };
+        let page = backend.list(&q).await?;
+        for e in &page.items {
+            if let (Some(s), Some(f)) = (e.started_at, e.finished_at) {
+                pickup.push((s - e.created_at).as_seconds_f64() * 1000.0);
+                finish.push((f - e.created_at).as_seconds_f64() * 1000.0);
+            }
+        }
+        match page.next_cursor {
+            Some(c) => cursor = Some(c),
+            None => break,
+        }
+    }
+    pickup.sort_by(f64::total_cmp);
+    finish.sort_by(f64::total_cmp);
+    let pool = backend.connector().clone();
+    pool.close().await;
+    Ok(json!({
+        "backend": D::NAME,
+        "n": a.n,
+        "concurrency": a.concurrency,
+        "batch": a.batch,
+        "submit_batch": a.submit_batch,
+        "submit_per_s": (a.n as f64 / submit_s).round(),
+        "drain_per_s": (a.n as f64 / drain_s).round(),
+        "pickup_ms": {"p50": percentile(&pickup, 0.5), "p95": percentile(&pickup, 0.95), "p99": percentile(&pickup, 0.99)},
+        "succeed_ms": {"p50": percentile(&finish, 0.5), "p95": percentile(&finish, 0.95), "p99": percentile(&finish, 0.99)},
+    }))
+}
+
+#[tokio::main]
+async fn main() {
+    let a = match args() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("burndown: {e}");
+            std::process::exit(2);
+        }
+    };
+    let scheme = a.dsn.split(':').next().unwrap_or_default().to_string();
+    let out = match scheme.as_str() {
+        "postgres" | "postgresql" => run::<onestep_sql::postgres::Postgres>(a).await,
+        "mysql" => run::<onestep_sql::mysql::MySql>(a).await,
+        "sqlite" => run::<onestep_sql::sqlite::Sqlite>(a).await,
+        other => {
+            eprintln!("burndown: unsupported scheme {other}");
+            std::process::exit(2);
+        }
+    };
+    match out {
+        Ok(v) => println!("{v}"),
+        Err(e) => {
+            eprintln!("burndown: {e}");
+            std::process::exit(1);
+        }
+    }
+}

@@ -199,6 +199,12 @@ pub struct FailureInfo {
     /// Connector details when a connector failed.
     #[serde(skip)]
     pub connector: Option<ConnectorSummary>,
+    /// For a failure at stage `sink`: the sinks that received the result before it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sinks_succeeded: Vec<String>,
+    /// For a failure at stage `sink`: the failed sink and the ones after it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sinks_remaining: Vec<String>,
 }
 
 impl FailureInfo {
@@ -210,6 +216,8 @@ impl FailureInfo {
             message: err.0.message.clone(),
             stage,
             connector: err.0.connector.clone(),
+            sinks_succeeded: Vec::new(),
+            sinks_remaining: Vec::new(),
         }
     }
 
@@ -221,6 +229,8 @@ impl FailureInfo {
             message: format!("handler timed out after {:.3}s", timeout.as_secs_f64()),
             stage: Stage::Handler,
             connector: None,
+            sinks_succeeded: Vec::new(),
+            sinks_remaining: Vec::new(),
         }
     }
 
@@ -232,6 +242,8 @@ impl FailureInfo {
             message: why.to_string(),
             stage,
             connector: None,
+            sinks_succeeded: Vec::new(),
+            sinks_remaining: Vec::new(),
         }
     }
 }

@@ -363,6 +363,8 @@ mod tests {
             message: "m".into(),
             stage: Stage::Handler,
             connector: None,
+            sinks_succeeded: Vec::new(),
+            sinks_remaining: Vec::new(),
         }
     }
 

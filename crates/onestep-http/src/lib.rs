@@ -17,6 +17,9 @@
 //! conflict / not ready / cancelled, 410 expired, 413 body too large, 422 failed / invalid /
 //! unencodable, 503 store unavailable.
 //!
+//! [`webhook::WebhookSource`] is a task source fed by HTTP requests (its own small server per
+//! host and port, shared by several paths).
+//!
 //! ```no_run
 //! use onestep_core::execution::{ExecutionClient, MemoryExecutionBackend};
 //! use onestep_http::ExecutionApi;
@@ -43,6 +46,7 @@ pub mod client;
 mod error;
 mod openapi;
 mod view;
+pub mod webhook;
 
 use std::collections::BTreeSet;
 use std::future::Future;

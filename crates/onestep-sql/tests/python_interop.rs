@@ -20,9 +20,9 @@
 //!    sides create the same schema.
 //! 6. An execution running on one side's worker is cancelled from the other side.
 //!
-//! Two more are `#[ignore]`d while they document incompatibilities of this port: the stored
-//! error detail (the reference's has `sinks_succeeded` / `sinks_remaining`), and valid but
-//! non-canonical scalar tags, which Rust hashes verbatim where Python hashes them re-encoded.
+//! Two more pin fixes found by this suite: the stored error detail carries the reference's
+//! `sinks_succeeded` / `sinks_remaining`, and valid but non-canonical scalar tags are re-encoded
+//! (and hashed) the way Python writes them.
 
 mod support;
 
@@ -1484,13 +1484,11 @@ macro_rules! interop_tests {
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            #[ignore = "incompatibility: onestep 1.15.0's ExecutionErrorDetail has sinks_succeeded/sinks_remaining (stored by asdict, nulls included); onestep-core's has neither"]
             async fn error_details_are_stored_and_read_like_the_reference() {
                 super::error_details_are_stored_and_read_like_the_reference::<$dialect>().await;
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            #[ignore = "incompatibility: Rust stores valid non-canonical uuid/datetime/decimal tags verbatim; Python re-encodes them canonically, so the idempotency digests differ"]
             async fn non_canonical_scalar_tags_hash_like_the_reference() {
                 super::non_canonical_scalar_tags_hash_like_the_reference::<$dialect>().await;
             }

@@ -463,7 +463,7 @@ fn encode_at(value: &Value, path: &str) -> Result<Value, CodecError> {
             .map(Value::Array),
         Value::Object(map) => {
             if let (1, Some(Value::Object(payload))) = (map.len(), map.get(TAG))
-                && let Some(tag) = encode_tag(value, payload, path)?
+                && let Some(tag) = encode_tag(payload, path)?
             {
                 return Ok(tag);
             }
@@ -487,20 +487,37 @@ fn encode_at(value: &Value, path: &str) -> Result<Value, CodecError> {
 }
 
 /// Encodes a candidate tag; `Ok(None)` when it is not a valid tag.
-fn encode_tag(
-    tag: &Value,
-    payload: &Map<String, Value>,
-    path: &str,
-) -> Result<Option<Value>, CodecError> {
+fn encode_tag(payload: &Map<String, Value>, path: &str) -> Result<Option<Value>, CodecError> {
     let Some(type_name) = field(payload, "type").as_str() else {
         return Ok(None);
     };
     let mut out = payload.clone();
     match type_name {
-        "datetime" => return Ok(check_datetime(payload, path).ok().map(|_| tag.clone())),
-        "uuid" => return Ok(check_uuid(payload, path).ok().map(|_| tag.clone())),
-        "bytes" => return Ok(check_bytes(payload, path).ok().map(|_| tag.clone())),
-        "decimal" => return Ok(check_decimal(payload, path).ok().map(|_| tag.clone())),
+        // Scalar tags are re-emitted in the form Python writes for the value it decodes, so a
+        // valid but non-canonical spelling (`6F1C…`, `1e2`, a space separator) stores and
+        // hashes exactly as the reference would.
+        "datetime" => {
+            return Ok(check_datetime(payload, path).ok().map(|(dt, fold)| {
+                new_tag(
+                    "datetime",
+                    vec![
+                        ("value", Value::String(py_isoformat(&dt))),
+                        ("fold", Value::from(fold)),
+                    ],
+                )
+            }));
+        }
+        "uuid" => {
+            return Ok(check_uuid(payload, path)
+                .ok()
+                .map(|u| uuid_tag(::uuid::Uuid::from_u128(u))));
+        }
+        "bytes" => return Ok(check_bytes(payload, path).ok().map(|b| bytes_tag(&b))),
+        "decimal" => {
+            return Ok(check_decimal(payload, path)
+                .ok()
+                .map(|d| new_tag("decimal", vec![("value", Value::String(d.to_py_string()))])));
+        }
         "tuple" | "set" | "frozenset" => {
             let Ok(items) = check_sequence(payload, type_name, path) else {
                 return Ok(None);

@@ -27,6 +27,12 @@ pub(crate) fn text(field: &str, value: &str, max: usize) -> ExecutionResult<Stri
     Ok(trimmed.to_string())
 }
 
+/// Sink names comma-joined, clipped to 1024 characters; `None` when there are none.
+fn join_clipped(names: &[String]) -> Option<String> {
+    let joined = names.join(",");
+    (!joined.trim().is_empty()).then(|| joined.chars().take(1024).collect())
+}
+
 fn optional_text(
     field: &str,
     value: Option<String>,
@@ -51,6 +57,13 @@ pub struct ExecutionErrorDetail {
     pub operation: Option<String>,
     /// The connector failure class, when a connector failed.
     pub connector_kind: Option<String>,
+    /// For a failure at stage `sink`: the sinks that received the result, comma-separated (the
+    /// reference 1.15's `sinks_succeeded`; at most 1024 characters).
+    #[serde(default)]
+    pub sinks_succeeded: Option<String>,
+    /// For a failure at stage `sink`: the failed sink and the ones after it, comma-separated.
+    #[serde(default)]
+    pub sinks_remaining: Option<String>,
 }
 
 impl ExecutionErrorDetail {
@@ -63,6 +76,8 @@ impl ExecutionErrorDetail {
             backend: None,
             operation: None,
             connector_kind: None,
+            sinks_succeeded: None,
+            sinks_remaining: None,
         })
     }
 
@@ -75,6 +90,16 @@ impl ExecutionErrorDetail {
             backend: optional_text("backend", self.backend, 255)?,
             operation: optional_text("operation", self.operation, 255)?,
             connector_kind: optional_text("connector_kind", self.connector_kind, 255)?,
+            sinks_succeeded: optional_text(
+                "sinks_succeeded",
+                self.sinks_succeeded.filter(|s| !s.trim().is_empty()),
+                1024,
+            )?,
+            sinks_remaining: optional_text(
+                "sinks_remaining",
+                self.sinks_remaining.filter(|s| !s.trim().is_empty()),
+                1024,
+            )?,
         })
     }
 
@@ -95,10 +120,12 @@ impl ExecutionErrorDetail {
             backend: failure.connector.as_ref().map(|c| clip(&c.backend, 255)),
             operation: failure.connector.as_ref().map(|c| c.operation.clone()),
             connector_kind: failure.connector.as_ref().map(|c| c.kind.clone()),
+            sinks_succeeded: join_clipped(&failure.sinks_succeeded),
+            sinks_remaining: join_clipped(&failure.sinks_remaining),
         }
     }
 
-    /// The stored JSON: all six keys, nulls included.
+    /// The stored JSON: all eight keys of the reference's record, nulls included.
     pub fn to_json(&self) -> Value {
         serde_json::json!({
             "kind": self.kind,
@@ -107,6 +134,8 @@ impl ExecutionErrorDetail {
             "backend": self.backend,
             "operation": self.operation,
             "connector_kind": self.connector_kind,
+            "sinks_succeeded": self.sinks_succeeded,
+            "sinks_remaining": self.sinks_remaining,
         })
     }
 }
@@ -442,6 +471,8 @@ mod tests {
             backend: Some(" postgres ".into()),
             operation: Some(" fetch ".into()),
             connector_kind: Some(" transient ".into()),
+            sinks_succeeded: None,
+            sinks_remaining: Some(" mail,webhook ".into()),
         }
         .validated()
         .unwrap();

@@ -109,6 +109,8 @@ pub(crate) async fn execute(
                     message: panic_message(panic.as_ref()),
                     stage: stage.get(),
                     connector: None,
+                    sinks_succeeded: Vec::new(),
+                    sinks_remaining: Vec::new(),
                 }),
             },
         }
@@ -227,9 +229,16 @@ async fn process(
     }
 
     stage.set(Stage::Sink);
-    for (binding, body) in sends {
+    let names: Vec<String> = sends
+        .iter()
+        .map(|(b, _)| b.sink.name().to_string())
+        .collect();
+    for (done, (binding, body)) in sends.into_iter().enumerate() {
         if let Err(err) = send_with_retry(binding, body, ctx).await {
-            return fail_at(Stage::Sink, &err);
+            let mut failure = FailureInfo::from_error(FailureKind::Error, Stage::Sink, &err);
+            failure.sinks_succeeded = names[..done].to_vec();
+            failure.sinks_remaining = names[done..].to_vec();
+            return Outcome::Failed(failure);
         }
     }
     stage.set(Stage::Ack);

@@ -320,13 +320,33 @@ pub async fn a_rejected_completion_leaves_no_row_lock_behind<D: Dialect>(dsn: &s
     for n in 0..5 {
         let e = b.submit(request("locks", n)).await.unwrap();
         let first = claim(&b, "locks", 1, 30.0, "w").await.remove(0);
-        b.release(e.id, first.attempt_id, first.lease_token).await.unwrap();
-        let stale = b.complete(e.id, first.attempt_id, first.lease_token, ExecutionCompletion::Succeeded { result: json!(1) }).await;
+        b.release(e.id, first.attempt_id, first.lease_token)
+            .await
+            .unwrap();
+        let stale = b
+            .complete(
+                e.id,
+                first.attempt_id,
+                first.lease_token,
+                ExecutionCompletion::Succeeded { result: json!(1) },
+            )
+            .await;
         assert!(stale.unwrap_err().is_lease_lost());
         let stale_release = b.release(e.id, first.attempt_id, first.lease_token).await;
         assert!(stale_release.unwrap_err().is_lease_lost());
         let again = claim(&b, "locks", 1, 30.0, "w").await;
-        assert_eq!(again.len(), 1, "round {n}: the row is claimable right after the rejected writes");
-        b.complete(e.id, again[0].attempt_id, again[0].lease_token, ExecutionCompletion::Succeeded { result: json!(n) }).await.unwrap();
+        assert_eq!(
+            again.len(),
+            1,
+            "round {n}: the row is claimable right after the rejected writes"
+        );
+        b.complete(
+            e.id,
+            again[0].attempt_id,
+            again[0].lease_token,
+            ExecutionCompletion::Succeeded { result: json!(n) },
+        )
+        .await
+        .unwrap();
     }
 }

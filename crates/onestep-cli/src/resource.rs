@@ -616,17 +616,7 @@ fn validate_execution_source(f: &Map<String, Value>, path: &str, c: &mut Checker
     }
     c.opt_string(f, "worker_id", path);
     for k in ["table", "attempts_table"] {
-        if let Some(t) = c.opt_string(f, k, path)
-            && !t
-                .chars()
-                .next()
-                .is_some_and(|ch| ch.is_ascii_alphabetic() || ch == '_')
-        {
-            c.problem(
-                &child(path, k),
-                format!("must be a bare SQL identifier, got {t:?}"),
-            );
-        }
+        c.opt_string(f, k, path);
     }
     c.opt_bool(f, "auto_create", path);
     for k in [

@@ -405,20 +405,86 @@ fn environment_interpolation_keeps_types_and_strict_env_lists_every_missing_vari
 }
 
 #[test]
-fn a_connector_of_the_wrong_kind_fails_at_build() {
-    let yaml = VALID.replace(
-        "    type: sqlite\n    dsn: sqlite://demo.db\n",
-        "    type: postgres\n    dsn: postgres://x@127.0.0.1:1/x\n",
+fn reference_features_this_port_lacks_are_errors_not_silently_dropped() {
+    expect(
+        &VALID.replace("kind: App\n", "kind: App\nreporter: true\n"),
+        "reporter",
+        "not supported by this port yet",
     );
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("worker.yaml");
-    std::fs::write(&path, yaml).unwrap();
-    let doc = config::load(&path, &LoadOptions::default()).unwrap();
-    let registry = Registry::with_builtins();
-    let spec = config::spec::validate(&doc, &registry, true).unwrap();
-    let err = config::build::build_app(&spec, &registry).unwrap_err();
-    assert_eq!(
-        err,
-        "resources.jobs: resource \"db\" must be a sqlite connector, got a postgres connector"
+    expect(
+        &VALID.replace("kind: App\n", "kind: App\nhooks: {startup: [a:b]}\n"),
+        "hooks",
+        "not supported",
+    );
+    expect(
+        &VALID.replace("kind: App\n", "kind: App\nsinks: {}\n"),
+        "sinks",
+        "legacy `sinks` section",
+    );
+    expect(
+        &VALID.replace(
+            "  name: demo\n",
+            "  name: demo\n  failure_capture: {directory: x}\n",
+        ),
+        "app.failure_capture",
+        "not supported",
+    );
+    let transform = VALID.replace(
+        "    handler: onestep:echo\n",
+        "    handler: onestep:echo\n    emit: [{sink: queue, transform: app:shape}]\n",
+    );
+    expect(
+        &transform,
+        "tasks[0].emit[0].transform",
+        "emit transforms are not supported",
+    );
+    expect(
+        &VALID.replace("    handler: onestep:echo\n", "    handler: null\n"),
+        "tasks[0].handler",
+        "is required when the task has no emit targets",
+    );
+}
+
+#[test]
+fn connector_references_and_table_names_are_checked_before_building() {
+    expect(
+        &VALID.replace("    connector: db\n", "    connector: nowhere\n"),
+        "resources.jobs.connector",
+        "unknown resource \"nowhere\"",
+    );
+    expect(
+        &VALID.replace("    connector: db\n", "    connector: queue\n"),
+        "resources.jobs.connector",
+        "is not a connector",
+    );
+    let wrong_kind = VALID.replace(
+        "    type: sqlite\n    dsn: sqlite://demo.db\n",
+        "    type: postgres\n    dsn: postgres://x@h/db\n",
+    );
+    expect(
+        &wrong_kind,
+        "resources.jobs.connector",
+        "must be a sqlite connector, got a postgres connector",
+    );
+    let bad_table = VALID.replace(
+        "    task_names: [work]\n",
+        "    task_names: [work]\n    table: 'jobs; drop table x'\n",
+    );
+    expect(
+        &bad_table,
+        "resources.jobs.table",
+        "must be a non-empty SQL identifier",
+    );
+    let long = VALID.replace(
+        "    task_names: [work]\n",
+        &format!(
+            "    task_names: [work]\n    attempts_table: {}\n",
+            "a".repeat(64)
+        ),
+    );
+    expect(
+        &long,
+        "resources.jobs.attempts_table",
+        "at most 63 characters",
     );
 }

@@ -1055,9 +1055,11 @@ impl Buffer {
     }
 }
 
+/// Running servers by (host, bound port).
+type Registry = HashMap<(String, u16), Arc<Server>>;
+
 /// Servers by (host, bound port), shared by the sources that name that port.
-static SERVERS: LazyLock<tokio::sync::Mutex<HashMap<(String, u16), Arc<Server>>>> =
-    LazyLock::new(Default::default);
+static SERVERS: LazyLock<tokio::sync::Mutex<Registry>> = LazyLock::new(Default::default);
 
 /// One listener and its route table; the serve loop is owned by `tasks`.
 struct Server {

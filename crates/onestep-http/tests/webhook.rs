@@ -198,6 +198,14 @@ async fn json_body_reaches_the_handler_with_request_details_and_source_meta() {
     assert_eq!(source.local_addr(), None, "closed by the app");
 }
 
+/// (path, request headers, request body, expected event body).
+type ParseCase = (
+    &'static str,
+    &'static [(&'static str, &'static str)],
+    &'static [u8],
+    Value,
+);
+
 #[tokio::test]
 async fn form_text_and_raw_bodies_are_parsed_by_content_type_or_by_the_chosen_parser() {
     let auto = opened(options("/auto")).await;
@@ -213,12 +221,12 @@ async fn form_text_and_raw_bodies_are_parsed_by_content_type_or_by_the_chosen_pa
     let raw = opened(shared("/raw", Parser::Raw)).await;
     let (app, serve, mut rx) = consume(&[auto.clone(), form.clone(), text.clone(), raw.clone()]);
     let addr = auto.local_addr().unwrap();
-    let form_type = [("Content-Type", "application/x-www-form-urlencoded")];
+    const FORM_TYPE: &[(&str, &str)] = &[("Content-Type", "application/x-www-form-urlencoded")];
 
-    let cases: [(&str, &[(&str, &str)], &[u8], Value); 8] = [
+    let cases: [ParseCase; 8] = [
         (
             "/auto",
-            &form_type,
+            FORM_TYPE,
             b"a=1&b=2&b=3&c=x+y%21",
             json!({"a": "1", "b": ["2", "3"], "c": "x y!"}),
         ),
@@ -281,7 +289,7 @@ async fn form_text_and_raw_bodies_are_parsed_by_content_type_or_by_the_chosen_pa
         "an empty body is null"
     );
 
-    let not_utf8 = send(addr, "POST", "/form", &form_type, b"a=\xff").await;
+    let not_utf8 = send(addr, "POST", "/form", FORM_TYPE, b"a=\xff").await;
     assert_eq!(
         (not_utf8.status, not_utf8.json()["error"].clone()),
         (400, json!("invalid_form"))
@@ -714,9 +722,12 @@ async fn next_attempt(rx: &mut UnboundedReceiver<u32>) -> u32 {
         .expect("the app stopped")
 }
 
+/// Makes valid options invalid.
+type Change = Box<dyn Fn(&mut WebhookOptions)>;
+
 #[test]
 fn invalid_options_fail_at_construction_with_the_field_named() {
-    let cases: Vec<(Box<dyn Fn(&mut WebhookOptions)>, &str)> = vec![
+    let cases: Vec<(Change, &str)> = vec![
         (
             Box::new(|o| o.path = "hooks".into()),
             r#"path must start with '/', got "hooks""#,

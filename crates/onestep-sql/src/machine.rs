@@ -407,11 +407,13 @@ impl<D: Dialect> SqlExecutionBackend<D> {
         Ok(out)
     }
 
-    /// Deletes terminal executions (and their attempts) finished before `before`, at most
+    /// Deletes terminal executions (and their attempts) finished before `before`, in `namespace`
+    /// (every namespace when `None`), at most
     /// `batch` per transaction, until none is left; with `dry_run` only counts them. Returns how
     /// many were (or would be) deleted.
     pub async fn prune(
         &self,
+        namespace: Option<&str>,
         before: OffsetDateTime,
         batch: usize,
         dry_run: bool,
@@ -424,9 +426,14 @@ impl<D: Dialect> SqlExecutionBackend<D> {
             D::quote(&self.inner.tables.executions),
             D::quote(&self.inner.tables.attempts),
         );
+        let ns = if namespace.is_some() {
+            " AND namespace = ?"
+        } else {
+            ""
+        };
         let select = D::render(&format!(
             "SELECT id, version, lease_token FROM {e} WHERE status IN ('succeeded', 'failed', 'cancelled', 'expired') \
-             AND finished_at IS NOT NULL AND finished_at < ? ORDER BY finished_at, id LIMIT ?"
+             AND finished_at IS NOT NULL AND finished_at < ?{ns} ORDER BY finished_at, id LIMIT ?"
         ));
         let delete_attempts = D::render(&format!("DELETE FROM {a} WHERE execution_id = ?"));
         let delete = D::render(&format!(
@@ -440,9 +447,14 @@ impl<D: Dialect> SqlExecutionBackend<D> {
             } else {
                 i64::try_from(batch).unwrap_or(i64::MAX)
             };
-            let rows = D::fetch_candidates(&mut tx, &select, vec![before.into(), limit.into()])
-                .await
-                .map_err(db::<D>(op))?;
+            let rows = D::fetch_candidates(&mut tx, &select, {
+                let mut params: Vec<Param> = vec![before.into()];
+                params.extend(namespace.map(Param::from));
+                params.push(limit.into());
+                params
+            })
+            .await
+            .map_err(db::<D>(op))?;
             if dry_run || rows.is_empty() {
                 Self::commit(tx, op).await?;
                 return Ok(total + if dry_run { rows.len() } else { 0 });

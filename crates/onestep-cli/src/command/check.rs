@@ -89,25 +89,28 @@ pub async fn check(args: CheckArgs, registry: &Registry) -> u8 {
         }
     }
     if args.connect {
-        return connect(
-            &spec,
-            registry,
-            Duration::from_secs_f64(args.connect_timeout.max(0.1)),
-        )
-        .await;
+        let timeout = Duration::from_secs_f64(args.connect_timeout.max(0.1));
+        return connect(&spec, registry, timeout, args.json).await;
     }
     0
 }
 
-/// Opens and closes every resource; prints one line each.
-async fn connect(spec: &config::AppSpec, registry: &Registry, timeout: Duration) -> u8 {
+/// Opens and closes every resource; prints one line each (to stderr under `--json`).
+async fn connect(spec: &config::AppSpec, registry: &Registry, timeout: Duration, json: bool) -> u8 {
+    let say = |line: String| {
+        if json {
+            eprintln!("{line}");
+        } else {
+            println!("{line}");
+        }
+    };
     let mut ctx = config::build::BuildContext::new(registry, &spec.resources);
     let mut failed = 0;
     for r in &spec.resources {
         let built = match ctx.get(&r.name) {
             Ok(b) => b,
             Err(e) => {
-                println!("  x {}: {e}", r.name);
+                say(format!("  x {}: {e}", r.name));
                 failed += 1;
                 continue;
             }
@@ -124,17 +127,17 @@ async fn connect(spec: &config::AppSpec, registry: &Registry, timeout: Duration)
         })
         .await;
         match outcome {
-            Ok(Ok(())) => println!("  ok {}", r.name),
+            Ok(Ok(())) => say(format!("  ok {}", r.name)),
             Ok(Err(e)) => {
-                println!("  x {}: {e}", r.name);
+                say(format!("  x {}: {e}", r.name));
                 failed += 1;
             }
             Err(_) => {
-                println!(
+                say(format!(
                     "  x {}: did not open within {:.1}s",
                     r.name,
                     timeout.as_secs_f64()
-                );
+                ));
                 failed += 1;
             }
         }

@@ -15,7 +15,7 @@ pub struct ExecutionsArgs {
     /// The database; `ONESTEP_DSN` when absent.
     #[arg(long, env = "ONESTEP_DSN", hide_env_values = true, global = true)]
     dsn: Option<String>,
-    /// The namespace (required except for `stats` and `prune`, where it narrows).
+    /// The namespace (required except for `stats` and `prune`, where it narrows to one namespace).
     #[arg(long, global = true)]
     namespace: Option<String>,
     /// The executions table.
@@ -136,7 +136,7 @@ fn table(e: &[Execution]) -> String {
         out.push_str(&format!(
             "{:<36}  {:<16}  {:<20}  {:>8}  {}\n",
             x.id,
-            x.status,
+            x.status.as_str(),
             x.task_name,
             x.attempts,
             time_text(Some(x.created_at))
@@ -168,7 +168,7 @@ async fn run<D: Dialect>(args: &ExecutionsArgs, dsn: &str) -> anyhow::Result<(St
             if json {
                 let v: Vec<Value> = stats
                     .iter()
-                    .map(|s| json!({"status": s.status.as_str(), "count": s.count, "oldest_created_at": time_text(s.oldest_created_at)}))
+                    .map(|s| json!({"status": s.status.as_str(), "count": s.count, "oldest_created_at": s.oldest_created_at.map(|t| time_text(Some(t)))}))
                     .collect();
                 (serde_json::to_string_pretty(&v)?, 0)
             } else {
@@ -258,6 +258,7 @@ async fn run<D: Dialect>(args: &ExecutionsArgs, dsn: &str) -> anyhow::Result<(St
         }
         Action::Cancel { id, reason } => {
             match client()?.cancel(parse_id(id)?, reason.as_deref()).await? {
+                Some(e) if json => (serde_json::to_string_pretty(&view(&e))?, 0),
                 Some(e) => (format!("{} is {}", e.id, e.status), 0),
                 None => (
                     format!("execution {id} was not found in namespace {}", namespace()?),
@@ -282,7 +283,9 @@ async fn run<D: Dialect>(args: &ExecutionsArgs, dsn: &str) -> anyhow::Result<(St
             dry_run,
         } => {
             let before = parse_before(finished_before, OffsetDateTime::now_utc())?;
-            let n = backend.prune(before, *batch, *dry_run).await?;
+            let n = backend
+                .prune(args.namespace.as_deref(), before, *batch, *dry_run)
+                .await?;
             let verb = if *dry_run { "would delete" } else { "deleted" };
             (
                 format!(

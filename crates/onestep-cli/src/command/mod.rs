@@ -99,7 +99,7 @@ macro_rules! with_dialect {
             Ok(s) if s == "mysql" => $f::<onestep_sql::mysql::MySql>($($arg),*).await,
             Ok(s) if s == "sqlite" => $f::<onestep_sql::sqlite::Sqlite>($($arg),*).await,
             Ok(s) => Err(anyhow::anyhow!("unsupported dsn scheme {s:?}")),
-            Err(e) => Err(anyhow::anyhow!("--dsn {e}")),
+            Err(e) => Err(anyhow::anyhow!("--dsn: {e}")),
         }
     }};
 }

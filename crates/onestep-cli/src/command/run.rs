@@ -13,6 +13,10 @@ pub struct RunArgs {
     log_level: Option<String>,
 }
 
+const LEVELS: [&str; 7] = [
+    "trace", "debug", "info", "warning", "warn", "error", "critical",
+];
+
 /// Installs the log subscriber: `text` or `json` lines on stdout.
 pub fn init_logging(level: &str, format: &str) {
     let level = match level {
@@ -22,9 +26,12 @@ pub fn init_logging(level: &str, format: &str) {
     };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("{level},sqlx=warn")));
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stdout())
+        && std::env::var_os("NO_COLOR").is_none();
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_target(false);
+        .with_target(false)
+        .with_ansi(ansi);
     let _ = if format == "json" {
         builder.json().try_init()
     } else {
@@ -48,10 +55,18 @@ pub async fn run(args: RunArgs, registry: &Registry) -> u8 {
             return 2;
         }
     };
-    init_logging(
-        args.log_level.as_deref().unwrap_or(&spec.log_level),
-        &spec.log_format,
-    );
+    let level = match args.log_level.as_deref().map(str::to_ascii_lowercase) {
+        Some(l) if LEVELS.contains(&l.as_str()) => l,
+        Some(other) => {
+            eprintln!(
+                "onestep: --log-level must be one of {}; got {other:?}",
+                LEVELS.join(", ")
+            );
+            return 2;
+        }
+        None => spec.log_level.clone(),
+    };
+    init_logging(&level, &spec.log_format);
     let app = match config::build::build_app(&spec, registry) {
         Ok(app) => app,
         Err(e) => {

@@ -119,6 +119,7 @@ const APP_FIELDS: &[&str] = &[
     "logging",
     "env_file",
     "strict_env",
+    "failure_capture",
 ];
 const LOGGING_FIELDS: &[&str] = &["level", "format"];
 const TASK_FIELDS: &[&str] = &[
@@ -304,6 +305,21 @@ impl<'a> Checker<'a> {
         }
     }
 
+    fn no_transform(&mut self, m: &Map<String, Value>, path: &str) {
+        if m.contains_key("transform") {
+            self.problem(
+                &child(path, "transform"),
+                "emit transforms are not supported in YAML yet; transform in the handler",
+            );
+        }
+        if m.contains_key("when") {
+            self.problem(
+                &child(path, "when"),
+                "emit routes are not supported in YAML yet; route in the handler",
+            );
+        }
+    }
+
     /// A string or list of strings (resource references).
     pub fn names(&mut self, v: Option<&Value>, path: &str) -> Vec<String> {
         match v {
@@ -314,6 +330,7 @@ impl<'a> Checker<'a> {
                 .enumerate()
                 .filter_map(|(i, item)| match item {
                     Value::Object(m) if m.contains_key("sink") => {
+                        self.no_transform(m, &format!("{path}[{i}]"));
                         self.unknown_fields(m, &["sink"], &format!("{path}[{i}]"));
                         self.string(m, "sink", &format!("{path}[{i}]"))
                     }
@@ -321,6 +338,7 @@ impl<'a> Checker<'a> {
                 })
                 .collect(),
             Some(Value::Object(m)) if m.contains_key("sink") => {
+                self.no_transform(m, path);
                 self.unknown_fields(m, &["sink"], path);
                 self.string(m, "sink", path).into_iter().collect()
             }
@@ -368,7 +386,29 @@ pub fn validate(doc: &Document, registry: &Registry, strict: bool) -> Result<App
 
 fn app_spec(root: &Value, registry: &Registry, c: &mut Checker<'_>) -> Option<AppSpec> {
     let top = c.mapping(root, "")?;
-    c.unknown_fields(top, TOP_LEVEL, "");
+    for (key, what) in [
+        ("hooks", "app-level hooks"),
+        ("reporter", "the control-plane reporter"),
+        (
+            "connectors",
+            "the legacy `connectors` section (use `resources`)",
+        ),
+        ("sources", "the legacy `sources` section (use `resources`)"),
+        ("sinks", "the legacy `sinks` section (use `resources`)"),
+    ] {
+        if top.get(key).is_some() {
+            c.problem(
+                key,
+                format!("{what} is not supported by this port yet; remove it"),
+            );
+        }
+    }
+    let top_known: Vec<&str> = TOP_LEVEL
+        .iter()
+        .copied()
+        .chain(["hooks", "reporter", "connectors", "sources", "sinks"])
+        .collect();
+    c.unknown_fields(top, &top_known, "");
     match (top.get("apiVersion"), top.get("kind")) {
         (Some(v), Some(k)) => {
             if v.as_str() != Some(API_VERSION) {
@@ -405,6 +445,12 @@ fn app_spec(root: &Value, registry: &Registry, c: &mut Checker<'_>) -> Option<Ap
         None => Some(30.0),
         Some(_) => c.opt_number(app, "shutdown_timeout_s", "app", false),
     };
+    if app.get("failure_capture").is_some() {
+        c.problem(
+            "app.failure_capture",
+            "failure capture is not supported by this port yet; remove it",
+        );
+    }
     if app.get("state").is_some_and(|s| !s.is_null()) {
         c.problem(
             "app.state",
@@ -494,6 +540,60 @@ fn app_spec(root: &Value, registry: &Registry, c: &mut Checker<'_>) -> Option<Ap
                 fields: rest,
                 path,
             });
+        }
+    }
+
+    for r in &resources {
+        let Some(name) = r.fields.get("connector").and_then(Value::as_str) else {
+            continue;
+        };
+        let path = child(&r.path, "connector");
+        match resources.iter().find(|t| t.name == name) {
+            None => c.problem(
+                &path,
+                format!("unknown resource {name:?}; define the connector under resources"),
+            ),
+            Some(target) => {
+                let is_connector = registry
+                    .resource_type(&target.type_name)
+                    .is_some_and(|t| t.roles.contains(&"connector"));
+                let wanted = r.type_name.strip_suffix("_execution_source");
+                if !is_connector {
+                    c.problem(
+                        &path,
+                        format!(
+                            "resource {name:?} of type {} is not a connector",
+                            target.type_name
+                        ),
+                    );
+                } else if let Some(kind) = wanted.filter(|k| *k != target.type_name) {
+                    c.problem(
+                        &path,
+                        format!(
+                            "resource {name:?} must be a {kind} connector, got a {} connector",
+                            target.type_name
+                        ),
+                    );
+                }
+            }
+        }
+        if let Some(kind) = r.type_name.strip_suffix("_execution_source") {
+            let dialect = match kind {
+                "postgres" => Some(onestep_sql::schema::Dialect::Postgres),
+                "mysql" => Some(onestep_sql::schema::Dialect::MySql),
+                "sqlite" => Some(onestep_sql::schema::Dialect::Sqlite),
+                _ => None,
+            };
+            for field in ["table", "attempts_table"] {
+                if let (Some(d), Some(t)) = (dialect, r.fields.get(field).and_then(Value::as_str))
+                    && let Err(e) = onestep_sql::schema::validate_table_name(field, t, d)
+                {
+                    c.problem(
+                        &child(&r.path, field),
+                        e.to_string().trim_start_matches(field).trim().to_string(),
+                    );
+                }
+            }
         }
     }
 
@@ -648,7 +748,7 @@ fn task_spec(
             ),
         );
     }
-    if handler.is_none() && emit.is_empty() && map.get("handler").is_none() {
+    if handler.is_none() && emit.is_empty() && map.get("handler").is_none_or(Value::is_null) {
         c.problem(
             &child(&path, "handler"),
             "is required when the task has no emit targets",

@@ -259,8 +259,103 @@ const EXECUTION_SOURCE_FIELDS: &[FieldDoc] = &[
     ),
 ];
 
+const WEBHOOK_FIELDS: &[FieldDoc] = &[
+    field(
+        "name",
+        "string",
+        false,
+        None,
+        "source name (default webhook:<path>)",
+    ),
+    field(
+        "path",
+        "string",
+        true,
+        None,
+        "the URL path to accept, e.g. /hooks/github",
+    ),
+    field(
+        "methods",
+        "list",
+        false,
+        Some("[POST]"),
+        "accepted HTTP methods",
+    ),
+    field("host", "string", false, Some("127.0.0.1"), "listen address"),
+    field(
+        "port",
+        "integer",
+        false,
+        Some("8080"),
+        "listen port (shared by webhooks on the same host and port)",
+    ),
+    field(
+        "parser",
+        "string",
+        false,
+        Some("auto"),
+        "auto | json | form | text | raw",
+    ),
+    field(
+        "auth",
+        "json",
+        false,
+        None,
+        "a bearer token string, or {type: bearer, token, header, scheme, realm}",
+    ),
+    field(
+        "response",
+        "json",
+        false,
+        Some("{status_code: 202, body: {accepted: true}}"),
+        "{status_code, body, headers}",
+    ),
+    field(
+        "max_body_bytes",
+        "integer",
+        false,
+        Some("1048576"),
+        "larger requests get 413",
+    ),
+    field(
+        "read_timeout_s",
+        "number",
+        false,
+        Some("5"),
+        "time to read a request body",
+    ),
+    field(
+        "queue_maxsize",
+        "integer",
+        false,
+        Some("1000"),
+        "buffered requests before 503",
+    ),
+    field(
+        "batch_size",
+        "integer",
+        false,
+        Some("100"),
+        "most deliveries per fetch",
+    ),
+    field(
+        "poll_interval_s",
+        "number",
+        false,
+        Some("0.1"),
+        "fetch wait for the first request",
+    ),
+];
+
 /// Adds the built-in types.
 pub fn register(r: &mut Registry) {
+    r.add_resource_type(ResourceType {
+        name: "webhook",
+        roles: &["source"],
+        fields: WEBHOOK_FIELDS,
+        validate: validate_webhook,
+        build: build_webhook,
+    });
     r.add_resource_type(ResourceType {
         name: "memory",
         roles: &["source", "sink"],
@@ -681,5 +776,199 @@ where
             .map_err(|e| e.to_string())?;
     let source = ExecutionSource::new(backend, source_options(&spec.fields))
         .map_err(|e| format!("{}.{e}", spec.path))?;
+    Ok(Built::Source(Arc::new(source)))
+}
+
+/// The webhook options a resource describes; errors are field-qualified.
+fn webhook_options(
+    f: &Map<String, Value>,
+    resource: &str,
+    path: &str,
+) -> Result<onestep_http::webhook::WebhookOptions, Vec<(String, String)>> {
+    use onestep_http::webhook::{BearerAuth, WebhookOptions, WebhookResponse};
+    let mut errors = Vec::new();
+    let mut o = WebhookOptions::new(f.get("path").and_then(Value::as_str).unwrap_or_default());
+    o.name = Some(
+        f.get("name")
+            .and_then(Value::as_str)
+            .unwrap_or(resource)
+            .to_string(),
+    );
+    if let Some(m) = f.get("methods") {
+        match m.as_array().map(|a| {
+            a.iter()
+                .map(|v| v.as_str().map(str::to_ascii_uppercase))
+                .collect::<Option<Vec<_>>>()
+        }) {
+            Some(Some(methods)) => o.methods = methods,
+            _ => errors.push((
+                child(path, "methods"),
+                "expected a list of method names".to_string(),
+            )),
+        }
+    }
+    if let Some(h) = f.get("host").and_then(Value::as_str) {
+        o.host = h.to_string();
+    }
+    if let Some(p) = f.get("port") {
+        match p.as_u64().and_then(|p| u16::try_from(p).ok()) {
+            Some(port) => o.port = port,
+            None => errors.push((
+                child(path, "port"),
+                format!("must be a port number 0..65535, got {p}"),
+            )),
+        }
+    }
+    if let Some(p) = f.get("parser").and_then(Value::as_str) {
+        match p.parse() {
+            Ok(parser) => o.parser = parser,
+            Err(e) => errors.push((
+                child(path, "parser"),
+                e.to_string().trim_start_matches("parser ").to_string(),
+            )),
+        }
+    }
+    match f.get("auth") {
+        None | Some(Value::Null) => {}
+        Some(Value::String(token)) => o.auth = Some(BearerAuth::new(token.clone())),
+        Some(Value::Object(a)) => {
+            let kind = a.get("type").and_then(Value::as_str).unwrap_or("bearer");
+            if !kind.eq_ignore_ascii_case("bearer") {
+                errors.push((
+                    child(path, "auth.type"),
+                    format!("must be bearer, got {kind:?}"),
+                ));
+            }
+            if let Some(unknown) = a
+                .keys()
+                .find(|k| !["type", "token", "header", "scheme", "realm"].contains(&k.as_str()))
+            {
+                errors.push((
+                    child(path, &format!("auth.{unknown}")),
+                    "unknown field; expected type, token, header, scheme, realm".into(),
+                ));
+            }
+            let mut auth =
+                BearerAuth::new(a.get("token").and_then(Value::as_str).unwrap_or_default());
+            if let Some(h) = a.get("header").and_then(Value::as_str) {
+                auth.header = h.to_string();
+            }
+            if let Some(s) = a.get("scheme").and_then(Value::as_str) {
+                auth.scheme = s.to_string();
+            }
+            if let Some(r) = a.get("realm").and_then(Value::as_str) {
+                auth.realm = r.to_string();
+            }
+            o.auth = Some(auth);
+        }
+        Some(other) => errors.push((
+            child(path, "auth"),
+            format!(
+                "expected a token string or a mapping, got {}",
+                crate::config::spec::type_name(other)
+            ),
+        )),
+    }
+    if let Some(r) = f.get("response") {
+        match r {
+            Value::Object(m) => {
+                let mut response = WebhookResponse::default();
+                if let Some(unknown) = m
+                    .keys()
+                    .find(|k| !["status_code", "body", "headers"].contains(&k.as_str()))
+                {
+                    errors.push((
+                        child(path, &format!("response.{unknown}")),
+                        "unknown field; expected status_code, body, headers".into(),
+                    ));
+                }
+                if let Some(code) = m.get("status_code") {
+                    match code.as_u64().and_then(|c| u16::try_from(c).ok()) {
+                        Some(c) => response.status_code = c,
+                        None => errors.push((
+                            child(path, "response.status_code"),
+                            format!("must be an HTTP status, got {code}"),
+                        )),
+                    }
+                }
+                if let Some(body) = m.get("body") {
+                    response.body = body.clone();
+                }
+                if let Some(Value::Object(h)) = m.get("headers") {
+                    response.headers = h
+                        .iter()
+                        .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string()))
+                        .collect();
+                }
+                o.response = response;
+            }
+            other => errors.push((
+                child(path, "response"),
+                format!(
+                    "expected a mapping, got {}",
+                    crate::config::spec::type_name(other)
+                ),
+            )),
+        }
+    }
+    let size = |k: &str| {
+        f.get(k)
+            .and_then(Value::as_u64)
+            .map(|v| usize::try_from(v).unwrap_or(usize::MAX))
+    };
+    if let Some(v) = size("max_body_bytes") {
+        o.max_body_bytes = v;
+    }
+    if let Some(v) = size("queue_maxsize") {
+        o.queue_maxsize = v;
+    }
+    if let Some(v) = size("batch_size") {
+        o.batch_size = v;
+    }
+    if let Some(v) = f.get("read_timeout_s").and_then(Value::as_f64) {
+        o.read_timeout_s = v;
+    }
+    if let Some(v) = f.get("poll_interval_s").and_then(Value::as_f64) {
+        o.poll_interval_s = v;
+    }
+    if errors.is_empty()
+        && let Err(e) = o.validate(&format!("{path}."))
+    {
+        let text = e.to_string();
+        let (field, message) = text.split_once(' ').unwrap_or((path, text.as_str()));
+        errors.push((field.to_string(), message.to_string()));
+    }
+    if errors.is_empty() {
+        Ok(o)
+    } else {
+        Err(errors)
+    }
+}
+
+fn validate_webhook(f: &Map<String, Value>, path: &str, c: &mut Checker<'_>) {
+    c.string(f, "path", path);
+    for k in ["max_body_bytes", "queue_maxsize", "batch_size"] {
+        c.opt_integer(f, k, path, 1);
+    }
+    for k in ["read_timeout_s", "poll_interval_s"] {
+        c.opt_number(f, k, path, false);
+    }
+    let resource = path.rsplit('.').next().unwrap_or(path);
+    if let Err(errors) = webhook_options(f, resource, path) {
+        for (p, m) in errors {
+            c.problem(&p, m);
+        }
+    }
+}
+
+fn build_webhook(spec: &ResourceSpec, _ctx: &mut BuildContext<'_>) -> Result<Built, String> {
+    let options = webhook_options(&spec.fields, &spec.name, &spec.path).map_err(|errors| {
+        errors
+            .into_iter()
+            .map(|(p, m)| format!("{p} {m}"))
+            .collect::<Vec<_>>()
+            .join("; ")
+    })?;
+    let source = onestep_http::webhook::WebhookSource::new(options).map_err(|e| e.to_string())?;
     Ok(Built::Source(Arc::new(source)))
 }

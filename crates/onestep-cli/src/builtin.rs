@@ -26,7 +26,7 @@ pub fn register(registry: &mut Registry) {
 /// `{"seconds": n}` (default 1): sleeps, stopping at once when the attempt is cancelled.
 async fn sleep(ctx: TaskContext, input: Value) -> Result<Value, TaskError> {
     let seconds = input.get("seconds").and_then(Value::as_f64).unwrap_or(1.0);
-    if !(seconds.is_finite() && seconds >= 0.0) {
+    if !(seconds.is_finite() && (0.0..=onestep_core::clock::MAX_SECONDS).contains(&seconds)) {
         return Err(TaskError::new(
             "ValueError",
             format!("seconds must be a finite number >= 0, got {seconds}"),

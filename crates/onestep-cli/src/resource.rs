@@ -495,6 +495,9 @@ fn validate_interval(f: &Map<String, Value>, path: &str, c: &mut Checker<'_>) {
     for k in ["days", "hours", "minutes", "seconds"] {
         c.opt_number(f, k, path, true);
     }
+    if interval_of(f) > onestep_core::clock::MAX_SECONDS {
+        c.problem(path, "interval must be at most 100 years");
+    }
     if interval_of(f) <= 0.0 {
         c.problem(
             path,

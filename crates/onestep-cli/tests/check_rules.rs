@@ -491,11 +491,35 @@ fn connector_references_and_table_names_are_checked_before_building() {
 
 #[test]
 fn webhook_resources_are_checked_field_by_field() {
-    let with = |fields: &str| VALID.replace("resources:\n", &format!("resources:\n  hook:\n    type: webhook\n{fields}"));
-    assert_eq!(problems(&with("    path: /hooks/a\n    auth: {token: t}\n")), Vec::new());
-    expect(&with("    path: /hooks/a\n    parser: yaml\n"), "resources.hook.parser", "must be one of");
-    expect(&with("    path: /hooks/a\n    port: 70000\n"), "resources.hook.port", "must be a port number");
-    expect(&with("    path: /hooks/a\n    auth: {type: basic, token: t}\n"), "resources.hook.auth.type", "must be bearer");
-    expect(&with("    path: /hooks/a\n    response: {code: 200}\n"), "resources.hook.response.code", "unknown field");
+    let with = |fields: &str| {
+        VALID.replace(
+            "resources:\n",
+            &format!("resources:\n  hook:\n    type: webhook\n{fields}"),
+        )
+    };
+    assert_eq!(
+        problems(&with("    path: /hooks/a\n    auth: {token: t}\n")),
+        Vec::new()
+    );
+    expect(
+        &with("    path: /hooks/a\n    parser: yaml\n"),
+        "resources.hook.parser",
+        "must be one of",
+    );
+    expect(
+        &with("    path: /hooks/a\n    port: 70000\n"),
+        "resources.hook.port",
+        "must be a port number",
+    );
+    expect(
+        &with("    path: /hooks/a\n    auth: {type: basic, token: t}\n"),
+        "resources.hook.auth.type",
+        "must be bearer",
+    );
+    expect(
+        &with("    path: /hooks/a\n    response: {code: 200}\n"),
+        "resources.hook.response.code",
+        "unknown field",
+    );
     expect(&with("    path: hooks\n"), "resources.hook.path", "");
 }

@@ -62,5 +62,9 @@ impl Clock for ManualClock {
     }
 }
 
+/// The longest duration accepted from users, in seconds (100 years). Longer values are rejected
+/// at validation: they would overflow time arithmetic, and no schedule needs them.
+pub const MAX_SECONDS: f64 = 3_155_760_000.0;
+
 /// A shared clock handle.
 pub type SharedClock = Arc<dyn Clock>;

@@ -273,7 +273,7 @@ impl ExponentialBackoff {
 }
 
 fn secs(field: &str, value: f64) -> Result<Duration> {
-    if !value.is_finite() || value < 0.0 {
+    if !value.is_finite() || !(0.0..=crate::clock::MAX_SECONDS).contains(&value) {
         return Err(Error::invalid(
             field,
             format!("must be a finite number >= 0, got {value}"),

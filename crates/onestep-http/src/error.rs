@@ -74,6 +74,14 @@ impl From<ExecutionError> for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (self.status, axum::Json(json!({"detail": self.detail}))).into_response()
+        let mut response =
+            (self.status, axum::Json(json!({"detail": self.detail}))).into_response();
+        if self.status == StatusCode::UNAUTHORIZED {
+            response.headers_mut().insert(
+                axum::http::header::WWW_AUTHENTICATE,
+                axum::http::HeaderValue::from_static("Bearer realm=\"onestep\""),
+            );
+        }
+        response
     }
 }

@@ -29,7 +29,7 @@
 //! let router = ExecutionApi::new(client)
 //!     .allow_tasks(["run_agent"])
 //!     .bearer_token("s3cret")
-//!     .metadata_injector(|headers, _principal| {
+//!     .metadata_injector(["tenant"], |headers, _principal| {
 //!         let mut m = serde_json::Map::new();
 //!         if let Some(tenant) = headers.get("x-tenant").and_then(|v| v.to_str().ok()) {
 //!             m.insert("tenant".into(), tenant.into());
@@ -41,6 +41,8 @@
 //! onestep_http::serve(listener, router, std::future::pending()).await?;
 //! # Ok(()) }
 //! ```
+
+#![recursion_limit = "256"]
 
 pub mod client;
 mod error;
@@ -72,8 +74,8 @@ pub use view::{execution_view, plain_json};
 /// injector, or the error to answer (usually 401).
 pub type Authorizer = Arc<dyn Fn(&HeaderMap) -> Result<Value, ApiError> + Send + Sync>;
 
-/// Adds server-side metadata (tenant, requester) to every submission; its keys replace the
-/// client's, so callers cannot forge them.
+/// Computes server-side metadata (tenant, requester) for a submission from the request headers
+/// and the authorizer's principal.
 pub type MetadataInjector = Arc<dyn Fn(&HeaderMap, &Value) -> Map<String, Value> + Send + Sync>;
 
 /// The default request body limit: the payload limit (1 MiB) plus room for metadata and JSON.
@@ -84,6 +86,7 @@ struct Shared<B> {
     allowed: Option<BTreeSet<String>>,
     authorizer: Option<Authorizer>,
     injector: Option<MetadataInjector>,
+    owned_keys: BTreeSet<String>,
     max_body_bytes: usize,
 }
 
@@ -101,6 +104,7 @@ impl<B: ExecutionBackend + Clone + 'static> ExecutionApi<B> {
                 allowed: None,
                 authorizer: None,
                 injector: None,
+                owned_keys: BTreeSet::new(),
                 max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             },
         }
@@ -141,11 +145,19 @@ impl<B: ExecutionBackend + Clone + 'static> ExecutionApi<B> {
         })
     }
 
-    /// Adds server-side metadata to every submission.
-    pub fn metadata_injector(
+    /// Sets server-owned metadata keys: `owned_keys` are always removed from the client's
+    /// metadata, then `injector`'s entries are added, so callers can neither forge nor keep a
+    /// stale value for them (when the injector has no value, the key is simply absent).
+    pub fn metadata_injector<I, S>(
         mut self,
+        owned_keys: I,
         injector: impl Fn(&HeaderMap, &Value) -> Map<String, Value> + Send + Sync + 'static,
-    ) -> Self {
+    ) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.shared.owned_keys = owned_keys.into_iter().map(Into::into).collect();
         self.shared.injector = Some(Arc::new(injector));
         self
     }
@@ -171,6 +183,12 @@ impl<B: ExecutionBackend + Clone + 'static> ExecutionApi<B> {
             )
             .fallback(|| async {
                 ApiError::new(StatusCode::NOT_FOUND, "no such endpoint; see /openapi.json")
+            })
+            .method_not_allowed_fallback(|| async {
+                ApiError::new(
+                    StatusCode::METHOD_NOT_ALLOWED,
+                    "method not allowed; see /openapi.json",
+                )
             })
             .layer(DefaultBodyLimit::disable())
             .with_state(shared)
@@ -268,8 +286,14 @@ async fn submit<B: ExecutionBackend + Clone + 'static>(
         Some(Value::Object(m)) => m,
         Some(_) => return Err(ApiError::unprocessable("metadata must be a JSON object")),
     };
+    metadata.retain(|k, _| !s.owned_keys.contains(k));
     if let Some(injector) = &s.injector {
-        metadata.extend(injector(&headers, &principal));
+        let injected = injector(&headers, &principal);
+        metadata.extend(
+            injected
+                .into_iter()
+                .filter(|(k, _)| s.owned_keys.contains(k) || s.owned_keys.is_empty()),
+        );
     }
     let delay_s = match body.remove("delay_s") {
         None | Some(Value::Null) => None,

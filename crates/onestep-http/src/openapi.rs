@@ -6,6 +6,17 @@ fn error(description: &str) -> Value {
     json!({"description": description, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}})
 }
 
+/// Responses every /v1 route may give besides its own.
+fn common(mut responses: Value) -> Value {
+    if let Some(map) = responses.as_object_mut() {
+        map.entry("401")
+            .or_insert_with(|| error("Missing or invalid bearer token (when configured)"));
+        map.entry("503")
+            .or_insert_with(|| error("The execution store is unavailable"));
+    }
+    responses
+}
+
 fn execution_response(description: &str) -> Value {
     json!({"description": description, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Execution"}}}})
 }
@@ -53,11 +64,12 @@ pub fn document() -> Value {
                 }
             },
             "/v1/executions/{id}": {"get": {"summary": "One execution", "parameters": [id_param()],
-                "responses": {"200": execution_response("The execution"), "404": error("Unknown id"), "422": error("Not a UUID")}}},
+                "responses": common(json!({"200": execution_response("The execution"), "404": error("Unknown id"), "422": error("Not a UUID")}))}},
             "/v1/executions/{id}/cancel": {"post": {"summary": "Cancel (cooperative when running)", "parameters": [id_param()],
                 "requestBody": {"required": false, "content": {"application/json": {"schema": {"type": "object",
                     "properties": {"reason": {"type": ["string", "null"], "maxLength": 500}}, "additionalProperties": false}}}},
-                "responses": {"200": execution_response("The execution after the request"), "404": error("Unknown id")}}},
+                "responses": common(json!({"200": execution_response("The execution after the request"), "404": error("Unknown id"),
+                    "413": error("Body too large"), "422": error("Invalid reason or id")}))}},
             "/v1/executions/{id}/result": {"get": {"summary": "The result (never waits)", "parameters": [id_param()],
                 "responses": {
                     "200": {"description": "Succeeded", "content": {"application/json": {"schema": {"type": "object", "properties": {"result": {}}}}}},
@@ -65,7 +77,10 @@ pub fn document() -> Value {
                     "422": error("Failed (see the execution's error)")}}},
             "/healthz": {"get": {"summary": "Store health", "responses": {"200": {"description": "OK"}, "503": error("Store unavailable")}}}
         },
-        "components": {"schemas": {
+        "security": [{"bearer": []}, {}],
+        "components": {"securitySchemes": {"bearer": {"type": "http", "scheme": "bearer",
+            "description": "Required when the server is configured with a token (onestep serve --bearer-token)."}},
+            "schemas": {
             "Status": {"type": "string", "enum": ["queued", "running", "retrying", "succeeded", "failed", "cancel_requested", "cancelled", "expired"]},
             "Error": {"type": "object", "properties": {"detail": {"type": "string"}}, "required": ["detail"]},
             "Submit": {"type": "object", "required": ["task_name", "payload"], "additionalProperties": false, "properties": {
@@ -79,7 +94,8 @@ pub fn document() -> Value {
                 "finished_at": time, "cancel_requested_at": time, "expires_at": time,
                 "error": {"type": ["object", "null"], "properties": {"kind": {"type": "string"}, "exception_type": {"type": "string"},
                     "stage": {"type": ["string", "null"]}, "backend": {"type": ["string", "null"]},
-                    "operation": {"type": ["string", "null"]}, "connector_kind": {"type": ["string", "null"]}}}}}
+                    "operation": {"type": ["string", "null"]}, "connector_kind": {"type": ["string", "null"]},
+                    "sinks_succeeded": {"type": ["string", "null"]}, "sinks_remaining": {"type": ["string", "null"]}}}}}
         }}
     })
 }

@@ -56,11 +56,17 @@ fn plain_tag(tag: &Map<String, Value>) -> Value {
     let value = tag.get("value").cloned().unwrap_or(Value::Null);
     match tag.get("type").and_then(Value::as_str) {
         Some("datetime" | "uuid") => value,
-        Some("decimal") => value
-            .as_str()
-            .and_then(|s| s.parse::<f64>().ok())
-            .and_then(serde_json::Number::from_f64)
-            .map_or(value, Value::Number),
+        Some("decimal") => match value.as_str() {
+            Some(s) => match s.parse::<i64>() {
+                Ok(i) => Value::from(i),
+                Err(_) => s
+                    .parse::<f64>()
+                    .ok()
+                    .and_then(serde_json::Number::from_f64)
+                    .map_or(value, Value::Number),
+            },
+            None => value,
+        },
         Some("bytes") => match value.as_str().and_then(decode_base64) {
             Some(bytes) => String::from_utf8(bytes).map_or(value, Value::String),
             None => value,

@@ -36,7 +36,7 @@ async fn start_api<B: onestep_core::execution::ExecutionBackend + Clone + 'stati
 ) -> String {
     let router = ExecutionApi::new(ExecutionClient::new(backend, NS).unwrap())
         .allow_tasks(["smoke", "restart"])
-        .metadata_injector(|headers, _| {
+        .metadata_injector(["tenant"], |headers, _| {
             let mut m = serde_json::Map::new();
             if let Some(t) = headers.get("x-tenant").and_then(|v| v.to_str().ok()) {
                 m.insert("tenant".into(), t.into());
@@ -416,6 +416,21 @@ async fn hostile_requests_get_a_clear_4xx_and_write_nothing() {
     );
     let page = get(&addr, "/v1/executions").await;
     assert_eq!(page.body["items"], json!([]), "nothing was written");
+    let wrong_method = request(&addr, "DELETE", "/v1/executions", &[], None)
+        .await
+        .unwrap();
+    assert_eq!(wrong_method.status, 405);
+    assert!(
+        wrong_method.body["detail"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("method not allowed")
+    );
+    let bad_cursor = get(&addr, "/v1/executions?cursor=xyz").await;
+    assert_eq!(
+        bad_cursor.body["detail"],
+        "cursor is rejected: invalid execution cursor"
+    );
     assert_eq!(get(&addr, "/healthz").await.status, 200);
     assert_eq!(get(&addr, "/openapi.json").await.body["openapi"], "3.1.0");
 }
@@ -463,4 +478,35 @@ async fn a_bearer_token_guards_the_api_but_not_health() {
     .unwrap();
     assert_eq!(right.status, 200);
     assert_eq!(get(&addr, "/healthz").await.status, 200);
+}
+
+#[tokio::test]
+async fn server_owned_metadata_cannot_be_forged_by_leaving_out_the_header() {
+    let backend = onestep_core::execution::MemoryExecutionBackend::new();
+    let addr = start_api(backend.clone()).await;
+    let body = json!({"task_name": "smoke", "payload": {}, "metadata": {"tenant": "victim", "note": "kept"}});
+    let r = request(
+        &addr,
+        "POST",
+        "/v1/executions",
+        &[("Idempotency-Key", "forge")],
+        Some(&body),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status, 202);
+    assert!(
+        r.body["metadata"].get("tenant").is_none(),
+        "an owned key the injector did not set is removed: {r:?}"
+    );
+    assert_eq!(r.body["metadata"]["note"], "kept");
+    let unauthorized = raw(
+        &addr,
+        b"GET /v1/executions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    assert!(
+        !unauthorized.contains("WWW-Authenticate"),
+        "no auth configured here"
+    );
 }

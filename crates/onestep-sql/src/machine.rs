@@ -733,7 +733,7 @@ impl<D: Dialect> ExecutionBackend for SqlExecutionBackend<D> {
             .as_deref()
             .map(decode_cursor)
             .transpose()
-            .map_err(|e| ExecutionError::invalid("cursor", e.to_string()))?;
+            .map_err(|e| ExecutionError::invalid("cursor", format!("is rejected: {e}")))?;
         let mut sql = format!(
             "SELECT {} FROM {} WHERE namespace = ?",
             sql::EXECUTION_COLUMNS,

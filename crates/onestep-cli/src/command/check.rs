@@ -89,7 +89,7 @@ pub async fn check(args: CheckArgs, registry: &Registry) -> u8 {
         }
     }
     if args.connect {
-        let timeout = Duration::from_secs_f64(args.connect_timeout.max(0.1));
+        let timeout = Duration::from_secs_f64(args.connect_timeout.clamp(0.1, 3600.0));
         return connect(&spec, registry, timeout, args.json).await;
     }
     0

@@ -235,6 +235,16 @@ impl<'a> Checker<'a> {
         let p = child(path, key);
         let bound = if allow_zero { ">= 0" } else { "> 0" };
         match v.as_f64() {
+            Some(n) if key.ends_with("_s") && n > onestep_core::clock::MAX_SECONDS => {
+                self.problem(
+                    &p,
+                    format!(
+                        "must be at most {} seconds (100 years), got {n}",
+                        onestep_core::clock::MAX_SECONDS
+                    ),
+                );
+                None
+            }
             Some(n) if n.is_finite() && (n > 0.0 || (allow_zero && n == 0.0)) => Some(n),
             Some(n) => {
                 self.problem(&p, format!("must be a finite number {bound}, got {n}"));

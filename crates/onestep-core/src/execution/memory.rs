@@ -309,7 +309,7 @@ impl ExecutionBackend for MemoryExecutionBackend {
             .as_deref()
             .map(decode_cursor)
             .transpose()
-            .map_err(|e| ExecutionError::invalid("cursor", e.to_string()))?;
+            .map_err(|e| ExecutionError::invalid("cursor", format!("is rejected: {e}")))?;
         let tables = self.lock();
         let mut rows: Vec<&ExecutionRow> = tables
             .executions

@@ -27,6 +27,22 @@ pub(crate) fn text(field: &str, value: &str, max: usize) -> ExecutionResult<Stri
     Ok(trimmed.to_string())
 }
 
+/// Checks a delay: finite, >= 0 and at most [`MAX_SECONDS`](crate::clock::MAX_SECONDS).
+fn check_delay(delay: Option<f64>) -> ExecutionResult<()> {
+    match delay {
+        Some(d) if !(d.is_finite() && (0.0..=crate::clock::MAX_SECONDS).contains(&d)) => {
+            Err(ExecutionError::invalid(
+                "delay_s",
+                format!(
+                    "must be a finite number >= 0, at most {} (100 years), got {d}",
+                    crate::clock::MAX_SECONDS
+                ),
+            ))
+        }
+        _ => Ok(()),
+    }
+}
+
 /// Sink names comma-joined, clipped to 1024 characters; `None` when there are none.
 fn join_clipped(names: &[String]) -> Option<String> {
     let joined = names.join(",");
@@ -308,14 +324,7 @@ impl ExecutionRequest {
         let namespace = text("namespace", namespace, 255)?;
         let task_name = text("task_name", task_name, 255)?;
         let idempotency_key = optional_text("idempotency_key", options.idempotency_key, 255)?;
-        if let Some(delay) = options.delay_s
-            && !(delay.is_finite() && delay >= 0.0)
-        {
-            return Err(ExecutionError::invalid(
-                "delay_s",
-                format!("must be a finite number >= 0, got {delay}"),
-            ));
-        }
+        check_delay(options.delay_s)?;
         Ok(Self {
             namespace,
             task_name,
@@ -367,14 +376,7 @@ impl ExecutionCompletion {
     pub fn validate(self) -> ExecutionResult<Self> {
         Ok(match self {
             Self::Retrying { error, delay_s } => {
-                if let Some(d) = delay_s
-                    && !(d.is_finite() && d >= 0.0)
-                {
-                    return Err(ExecutionError::invalid(
-                        "delay_s",
-                        format!("must be a finite number >= 0, got {d}"),
-                    ));
-                }
+                check_delay(delay_s)?;
                 Self::Retrying {
                     error: error.map(ExecutionErrorDetail::validated).transpose()?,
                     delay_s,
@@ -541,11 +543,22 @@ mod tests {
                     ..Default::default()
                 }
             ),
-            "delay_s must be a finite number >= 0, got -1"
+            "delay_s must be a finite number >= 0, at most 3155760000 (100 years), got -1"
         );
         assert_eq!(
             err(&"n".repeat(256), "t", SubmitOptions::default()),
             "namespace must be at most 255 characters, got 256"
+        );
+        assert!(
+            err(
+                "n",
+                "t",
+                SubmitOptions {
+                    delay_s: Some(1e20),
+                    ..Default::default()
+                }
+            )
+            .contains("at most 3155760000")
         );
     }
 

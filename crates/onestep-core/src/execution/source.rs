@@ -112,7 +112,7 @@ impl ExecutionSourceOptions {
             ("lease_duration_s", self.lease_duration_s),
             ("heartbeat_interval_s", self.heartbeat_interval_s),
         ] {
-            if !(value.is_finite() && value > 0.0) {
+            if !(value.is_finite() && value > 0.0 && value <= crate::clock::MAX_SECONDS) {
                 return Err(invalid(
                     name,
                     format!("must be a finite number > 0, got {value}"),

@@ -660,3 +660,48 @@ async fn on_failure_hook_sees_the_failure_before_the_retry_decision() {
         .unwrap();
     assert!(hook < retry);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_single_free_slot_is_filled_while_long_tasks_run() {
+    let queue = Arc::new(MemoryQueue::new("q", 100).unwrap());
+    let started = Arc::new(AtomicUsize::new(0));
+    let s = started.clone();
+    let app = OneStepApp::builder("app")
+        .task(Task::new("t").source(queue.clone()).concurrency(8).handler(
+            move |_ctx: TaskContext, long: bool| {
+                let s = s.clone();
+                async move {
+                    s.fetch_add(1, Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_secs(if long { 3600 } else { 0 })).await;
+                    Ok::<_, TaskError>(())
+                }
+            },
+        ))
+        .build()
+        .unwrap();
+    for _ in 0..7 {
+        queue
+            .publish(json!(true), Default::default())
+            .await
+            .unwrap();
+    }
+    let handle = app.handle();
+    let serve = tokio::spawn({
+        let app = app.clone();
+        async move { app.serve().await }
+    });
+    eventually(Duration::from_secs(5), || {
+        started.load(Ordering::SeqCst) == 7
+    })
+    .await;
+    queue
+        .publish(json!(false), Default::default())
+        .await
+        .unwrap();
+    eventually(Duration::from_secs(5), || {
+        started.load(Ordering::SeqCst) == 8
+    })
+    .await;
+    handle.request_shutdown();
+    serve.abort();
+}

@@ -57,6 +57,10 @@ pub struct BackendOptions {
     /// Decide leases with this clock instead of the dialect's (tests). PostgreSQL otherwise uses
     /// the transaction's database time; MySQL and SQLite the process clock.
     pub clock: Option<SharedClock>,
+    /// The least time between two claim-time maintenance passes of this backend (default
+    /// 250 ms; zero runs it on every claim, as the reference does). Recovery of expired work is
+    /// delayed by at most this much, and busy workers do not rescan on every claim.
+    pub maintenance_interval: Duration,
 }
 
 impl Default for BackendOptions {
@@ -68,6 +72,7 @@ impl Default for BackendOptions {
             limits: ExecutionLimits::default(),
             reclaim_batch_size: 100,
             clock: None,
+            maintenance_interval: Duration::from_millis(250),
         }
     }
 }
@@ -87,8 +92,6 @@ struct Statements {
     reclaim: String,
     finish_attempt_by_token: String,
     claim_one_task: String,
-    start: String,
-    insert_attempt: String,
     heartbeat: String,
     heartbeat_attempt: String,
     get_running_attempt: String,
@@ -117,8 +120,6 @@ impl Statements {
             reclaim: r(sql::RECLAIM),
             finish_attempt_by_token: r(sql::FINISH_ATTEMPT_BY_TOKEN),
             claim_one_task: r(&sql::CLAIM.replace("{tasks}", "= ?")),
-            start: r(sql::START),
-            insert_attempt: r(sql::INSERT_ATTEMPT),
             heartbeat: r(sql::HEARTBEAT),
             heartbeat_attempt: r(sql::HEARTBEAT_ATTEMPT),
             get_running_attempt: r(sql::GET_RUNNING_ATTEMPT),
@@ -139,6 +140,7 @@ struct Inner<D: Dialect> {
     options: BackendOptions,
     ready: AsyncMutex<bool>,
     opens: AtomicUsize,
+    last_maintenance: std::sync::Mutex<Option<std::time::Instant>>,
     _dialect: PhantomData<D>,
 }
 
@@ -270,6 +272,7 @@ impl<D: Dialect> SqlExecutionBackend<D> {
                 options,
                 ready: AsyncMutex::new(false),
                 opens: AtomicUsize::new(0),
+                last_maintenance: std::sync::Mutex::new(None),
                 _dialect: PhantomData,
             }),
         })
@@ -546,6 +549,20 @@ impl<D: Dialect> SqlExecutionBackend<D> {
                 existing.to_execution()
             }
         }
+    }
+
+    /// Whether a claim should run maintenance now; marks it done when it should.
+    fn maintenance_due(&self) -> bool {
+        let mut last = self
+            .inner
+            .last_maintenance
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let due = last.is_none_or(|t| t.elapsed() >= self.inner.options.maintenance_interval);
+        if due {
+            *last = Some(std::time::Instant::now());
+        }
+        due
     }
 
     async fn maintain(&self, tx: &mut Tx<D>, now: OffsetDateTime) -> ExecutionResult<()> {
@@ -873,6 +890,41 @@ impl<D: Dialect> LeasedExecutionBackend for SqlExecutionBackend<D> {
         .await
     }
 
+    async fn complete_many(
+        &self,
+        completions: Vec<(Uuid, Uuid, Uuid, ExecutionCompletion)>,
+    ) -> ExecutionResult<Vec<ExecutionResult<Execution>>> {
+        let mut ids: Vec<Uuid> = completions.iter().map(|c| c.0).collect();
+        ids.sort();
+        ids.dedup();
+        if completions.len() < 2 || ids.len() != completions.len() {
+            // One completion, or the same execution twice: complete them one by one, in order.
+            let mut out = Vec::with_capacity(completions.len());
+            for (execution_id, attempt_id, token, completion) in completions {
+                out.push(
+                    self.complete(execution_id, attempt_id, token, completion)
+                        .await,
+                );
+            }
+            return Ok(out);
+        }
+        match retry_transient(|| self.complete_batch(&completions)).await {
+            Ok(out) => Ok(out),
+            Err(err) => {
+                // The batch failed as a whole: each completion gets its own answer.
+                tracing::debug!(error = %err, "batched completion failed; completing one by one");
+                let mut out = Vec::with_capacity(completions.len());
+                for (execution_id, attempt_id, token, completion) in completions {
+                    out.push(
+                        self.complete(execution_id, attempt_id, token, completion)
+                            .await,
+                    );
+                }
+                Ok(out)
+            }
+        }
+    }
+
     async fn release(
         &self,
         execution_id: Uuid,
@@ -910,7 +962,9 @@ impl<D: Dialect> SqlExecutionBackend<D> {
         let mut tx = self.begin(op).await?;
         let out: ExecutionResult<_> = async {
             let now = self.now(&mut tx, op).await?;
-            self.maintain(&mut tx, now).await?;
+            if self.maintenance_due() {
+                self.maintain(&mut tx, now).await?;
+            }
             let mut params: Vec<Param> = vec![namespace.into()];
             params.extend(task_names.iter().map(|t| Param::from(t.trim())));
             params.extend([
@@ -922,12 +976,31 @@ impl<D: Dialect> SqlExecutionBackend<D> {
                 .await
                 .map_err(db::<D>(op))?;
             let lease_expires_at = later(now, lease_duration);
-            let s = &self.inner.statements;
+            if rows.is_empty() {
+                return Ok(Vec::new());
+            }
+            // The rows are locked (FOR UPDATE SKIP LOCKED, or SQLite's write transaction), so
+            // the whole batch starts in two statements: one UPDATE and one multi-row INSERT.
+            let (e, a) = (D::quote(&self.inner.tables.executions), D::quote(&self.inner.tables.attempts));
+            let marks = vec!["?"; rows.len()].join(", ");
+            let cases = vec!["WHEN ? THEN ?"; rows.len()].join(" ");
+            let start = D::render(&format!(
+                "UPDATE {e} SET status = 'running', attempts = attempts + 1, lease_token = CASE id {cases} END, \
+                 lease_expires_at = ?, worker_id = ?, started_at = COALESCE(started_at, ?), updated_at = ?, \
+                 version = version + 1 WHERE id IN ({marks})"
+            ));
+            let insert = D::render(&format!(
+                "INSERT INTO {a} (id, execution_id, attempt_no, lease_token, worker_id, status, error, started_at, \
+                 heartbeat_at, finished_at) VALUES {}",
+                vec!["(?, ?, ?, ?, ?, 'running', NULL, ?, ?, NULL)"; rows.len()].join(", ")
+            ));
+            let mut start_params: Vec<Param> = Vec::with_capacity(rows.len() * 3 + 4);
+            let mut insert_params: Vec<Param> = Vec::with_capacity(rows.len() * 7);
             let mut leases = Vec::with_capacity(rows.len());
-            for mut row in rows {
+            for mut row in rows.clone() {
                 let attempt_id = Uuid::new_v4();
                 let lease_token = Uuid::new_v4();
-                let previous_version = row.version;
+                start_params.extend([row.id.into(), lease_token.into()]);
                 row.status = ExecutionStatus::Running;
                 row.attempts += 1;
                 row.lease_token = Some(lease_token);
@@ -936,45 +1009,26 @@ impl<D: Dialect> SqlExecutionBackend<D> {
                 row.started_at = row.started_at.or(Some(now));
                 row.updated_at = now;
                 row.version += 1;
-                D::execute(
-                    &mut tx,
-                    &s.start,
-                    vec![
-                        row.attempts.into(),
-                        lease_token.into(),
-                        lease_expires_at.into(),
-                        worker_id.clone().into(),
-                        row.started_at.into(),
-                        now.into(),
-                        row.version.into(),
-                        row.id.into(),
-                        previous_version.into(),
-                    ],
-                )
-                .await
-                .map_err(db::<D>(op))?;
-                D::execute(
-                    &mut tx,
-                    &s.insert_attempt,
-                    vec![
-                        attempt_id.into(),
-                        row.id.into(),
-                        row.attempts.into(),
-                        lease_token.into(),
-                        worker_id.clone().into(),
-                        now.into(),
-                        now.into(),
-                    ],
-                )
-                .await
-                .map_err(db::<D>(op))?;
-                leases.push(ExecutionLease {
-                    execution: row.to_execution()?,
-                    attempt_id,
-                    lease_token,
-                    lease_expires_at,
-                });
+                insert_params.extend([
+                    attempt_id.into(),
+                    row.id.into(),
+                    row.attempts.into(),
+                    lease_token.into(),
+                    worker_id.clone().into(),
+                    now.into(),
+                    now.into(),
+                ]);
+                leases.push(ExecutionLease { execution: row.to_execution()?, attempt_id, lease_token, lease_expires_at });
             }
+            start_params.extend([lease_expires_at.into(), worker_id.clone().into(), now.into(), now.into()]);
+            start_params.extend(rows.iter().map(|r| Param::from(r.id)));
+            let started = D::execute(&mut tx, &start, start_params).await.map_err(db::<D>(op))?;
+            if started != rows.len() as u64 {
+                return Err(ExecutionError::Backend(
+                    format!("claim updated {started} of {} locked rows", rows.len()).into(),
+                ));
+            }
+            D::execute(&mut tx, &insert, insert_params).await.map_err(db::<D>(op))?;
             Ok(leases)
         }
         .await;
@@ -1153,6 +1207,169 @@ impl<D: Dialect> SqlExecutionBackend<D> {
             row.available_at = available_at;
             row.finished_at = finished_at;
             row.to_execution()
+        }
+        .await;
+        Self::finish(tx, out, op).await
+    }
+
+    /// Completes distinct executions in one transaction: lock them all (in id order), decide each
+    /// with the same rules as [`complete`](LeasedExecutionBackend::complete), write the accepted
+    /// ones with one UPDATE per table, commit once.
+    async fn complete_batch(
+        &self,
+        completions: &[(Uuid, Uuid, Uuid, ExecutionCompletion)],
+    ) -> ExecutionResult<Vec<ExecutionResult<Execution>>> {
+        let op = ConnectorOperation::Ack;
+        let (e, a) = (
+            D::quote(&self.inner.tables.executions),
+            D::quote(&self.inner.tables.attempts),
+        );
+        let marks = vec!["?"; completions.len()].join(", ");
+        let lock = D::render(&format!(
+            "SELECT {} FROM {e} WHERE id IN ({marks}) ORDER BY id{}",
+            sql::EXECUTION_COLUMNS,
+            D::FOR_UPDATE
+        ));
+        let attempts = D::render(&format!(
+            "SELECT {} FROM {a} WHERE id IN ({marks}) AND status = 'running'",
+            sql::ATTEMPT_COLUMNS
+        ));
+        let mut tx = self.begin(op).await?;
+        let out: ExecutionResult<_> = async {
+            let now = self.now(&mut tx, op).await?;
+            let rows = D::fetch_executions(&mut tx, &lock, completions.iter().map(|c| Param::from(c.0)).collect())
+                .await
+                .map_err(db::<D>(op))?;
+            let running = D::fetch_attempts(&mut tx, &attempts, completions.iter().map(|c| Param::from(c.1)).collect())
+                .await
+                .map_err(db::<D>(op))?;
+            let mut results: Vec<Option<ExecutionResult<Execution>>> = Vec::with_capacity(completions.len());
+            // Accepted writes: (index, row, status, result, error, available_at, finished_at).
+            let mut accepted = Vec::new();
+            for (index, (execution_id, attempt_id, token, completion)) in completions.iter().enumerate() {
+                let decided = (|| -> ExecutionResult<Option<_>> {
+                    let completion = completion.clone().validate()?;
+                    let Some(row) = rows.iter().find(|r| r.id == *execution_id) else {
+                        return Err(ExecutionError::LeaseLost("execution does not exist".into()));
+                    };
+                    let requested = completion.status();
+                    let (status, result, error) = if cancel_wins(&completion, row.status) {
+                        (ExecutionStatus::Cancelled, None, None)
+                    } else {
+                        match &completion {
+                            ExecutionCompletion::Succeeded { result } => {
+                                (requested, Some(encode_result(result, &self.inner.options.limits)?), None)
+                            }
+                            other => (requested, None, other.error().map(|e| e.to_json())),
+                        }
+                    };
+                    let fenced = row.lease_token == Some(*token)
+                        && completion_sources(requested).contains(&row.status)
+                        && row.lease_expires_at.is_some_and(|e| e > now);
+                    if !fenced {
+                        if is_replay(requested, row.status, row.result.as_ref(), row.error.as_ref(), result.as_ref(), error.as_ref()) {
+                            return row.to_execution().map(|e| Some(Err(e)));
+                        }
+                        return Err(ExecutionError::lease_lost());
+                    }
+                    let attempt_ok = running.iter().any(|r| r.id == *attempt_id && r.execution_id == *execution_id && r.lease_token == *token);
+                    if !attempt_ok {
+                        return Err(ExecutionError::LeaseLost("execution attempt is no longer valid".into()));
+                    }
+                    let (available_at, finished_at) = match &completion {
+                        ExecutionCompletion::Retrying { delay_s, .. } if status == ExecutionStatus::Retrying => {
+                            (later(now, Duration::from_secs_f64(delay_s.unwrap_or(0.0))), None)
+                        }
+                        _ => (row.available_at, Some(now)),
+                    };
+                    Ok(Some(Ok((row.clone(), status, result, error, available_at, finished_at))))
+                })();
+                match decided {
+                    Ok(Some(Ok(write))) => {
+                        accepted.push((index, write));
+                        results.push(None);
+                    }
+                    Ok(Some(Err(replayed))) => results.push(Some(Ok(replayed))),
+                    Ok(None) => results.push(Some(Err(ExecutionError::lease_lost()))),
+                    Err(err) => results.push(Some(Err(err))),
+                }
+            }
+            if !accepted.is_empty() {
+                let n = accepted.len();
+                let when = vec!["WHEN ? THEN ?"; n].join(" ");
+                let in_marks = vec!["?"; n].join(", ");
+                let update = D::render(&format!(
+                    "UPDATE {e} SET status = CASE id {when} END, result = CASE id {when} END, \
+                     error = CASE id {when} END, available_at = CASE id {when} END, \
+                     finished_at = CASE id {when} END, updated_at = ?, version = version + 1, \
+                     lease_token = NULL, lease_expires_at = NULL, worker_id = NULL WHERE id IN ({in_marks})"
+                ));
+                let mut p: Vec<Param> = Vec::with_capacity(n * 10 + n + 1);
+                for (_, (row, status, ..)) in &accepted {
+                    p.extend([Param::from(row.id), Param::from(status.as_str())]);
+                }
+                for (_, (row, _, result, ..)) in &accepted {
+                    p.extend([Param::from(row.id), Param::OptJson(result.clone())]);
+                }
+                for (_, (row, _, _, error, ..)) in &accepted {
+                    p.extend([Param::from(row.id), Param::OptJson(error.clone())]);
+                }
+                for (_, (row, _, _, _, available_at, _)) in &accepted {
+                    p.extend([Param::from(row.id), Param::from(*available_at)]);
+                }
+                for (_, (row, _, _, _, _, finished_at)) in &accepted {
+                    p.extend([Param::from(row.id), Param::from(*finished_at)]);
+                }
+                p.push(now.into());
+                p.extend(accepted.iter().map(|(_, (row, ..))| Param::from(row.id)));
+                let changed = D::execute(&mut tx, &update, p).await.map_err(db::<D>(op))?;
+                if changed != n as u64 {
+                    return Err(ExecutionError::Backend(format!("batched completion updated {changed} of {n} locked rows").into()));
+                }
+                let finish = D::render(&format!(
+                    "UPDATE {a} SET status = CASE id {when} END, error = CASE id {when} END, finished_at = ? \
+                     WHERE id IN ({in_marks}) AND status = 'running'"
+                ));
+                let mut p: Vec<Param> = Vec::with_capacity(n * 5 + 1);
+                for (index, (_, status, ..)) in &accepted {
+                    p.extend([Param::from(completions[*index].1), Param::from(attempt_status_for(*status).as_str())]);
+                }
+                for (index, (_, _, _, error, ..)) in &accepted {
+                    p.extend([Param::from(completions[*index].1), Param::OptJson(error.clone())]);
+                }
+                p.push(now.into());
+                p.extend(accepted.iter().map(|(index, _)| Param::from(completions[*index].1)));
+                let finished = D::execute(&mut tx, &finish, p).await.map_err(db::<D>(op))?;
+                if finished != n as u64 {
+                    return Err(ExecutionError::Backend(format!("batched completion finished {finished} of {n} attempts").into()));
+                }
+            }
+            let mut out = Vec::with_capacity(completions.len());
+            let mut accepted_iter = accepted.into_iter().peekable();
+            for (index, result) in results.into_iter().enumerate() {
+                match result {
+                    Some(r) => out.push(r),
+                    None => {
+                        let Some((_, (mut row, status, result, error, available_at, finished_at))) =
+                            accepted_iter.next_if(|(i, _)| *i == index)
+                        else {
+                            return Err(ExecutionError::Backend("batched completion lost track of a row".into()));
+                        };
+                        row.status = status;
+                        row.updated_at = now;
+                        row.version += 1;
+                        row.lease_token = None;
+                        row.lease_expires_at = None;
+                        row.worker_id = None;
+                        row.result = result;
+                        row.error = error;
+                        row.available_at = available_at;
+                        row.finished_at = finished_at;
+                        out.push(row.to_execution());
+                    }
+                }
+            }
+            Ok(out)
         }
         .await;
         Self::finish(tx, out, op).await

@@ -73,14 +73,6 @@ AND e.status IN ('queued', 'retrying') AND e.available_at <= ? \
 AND (e.expires_at IS NULL OR e.expires_at > ? OR {lease_lost_retry}) \
 ORDER BY e.available_at, e.created_at, e.id LIMIT ?{skip}";
 
-/// Starts an attempt on a claimed row.
-pub const START: &str = "UPDATE {e} SET status = 'running', attempts = ?, lease_token = ?, lease_expires_at = ?, \
-worker_id = ?, started_at = ?, updated_at = ?, version = ? WHERE id = ? AND version = ?";
-
-/// Records the new attempt.
-pub const INSERT_ATTEMPT: &str = "INSERT INTO {a} (id, execution_id, attempt_no, lease_token, worker_id, status, \
-error, started_at, heartbeat_at, finished_at) VALUES (?, ?, ?, ?, ?, 'running', NULL, ?, ?, NULL)";
-
 /// Renews a live lease.
 pub const HEARTBEAT: &str = "UPDATE {e} SET lease_expires_at = ?, updated_at = ? WHERE id = ? AND lease_token = ? \
 AND status IN ('running', 'cancel_requested') AND lease_expires_at IS NOT NULL AND lease_expires_at > ?";

@@ -1,7 +1,7 @@
 //! [`ExecutionSource`]: claims tracked executions for one task and keeps their leases alive.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -167,6 +167,61 @@ pub struct ExecutionSource<B> {
     backend: B,
     options: ExecutionSourceOptions,
     name: String,
+    completer: OnceLock<Completer>,
+}
+
+/// The most completions one batch carries.
+const COMPLETION_BATCH: usize = 256;
+
+/// A completion waiting for the batch writer, with where to send its outcome.
+struct CompletionJob {
+    ids: (Uuid, Uuid, Uuid),
+    completion: ExecutionCompletion,
+    reply: tokio::sync::oneshot::Sender<ExecutionResult<Execution>>,
+}
+
+/// The per-source task that writes completions in batches, and the way to reach it.
+struct Completer {
+    jobs: tokio::sync::mpsc::UnboundedSender<CompletionJob>,
+    _task: AbortOnDropHandle<()>,
+}
+
+/// Writes completions in batches: waits for one, lets the other in-flight completions arrive,
+/// takes up to [`COMPLETION_BATCH`], and completes them with one `complete_many`. Each
+/// completion keeps its own lease fencing; only the transaction and the commit are shared.
+async fn completion_loop<B: LeasedExecutionBackend>(
+    backend: B,
+    mut jobs: tokio::sync::mpsc::UnboundedReceiver<CompletionJob>,
+) {
+    while let Some(first) = jobs.recv().await {
+        let mut batch = vec![first];
+        tokio::task::yield_now().await;
+        while batch.len() < COMPLETION_BATCH {
+            match jobs.try_recv() {
+                Ok(job) => batch.push(job),
+                Err(_) => break,
+            }
+        }
+        let items = batch
+            .iter()
+            .map(|j| (j.ids.0, j.ids.1, j.ids.2, j.completion.clone()))
+            .collect();
+        match backend.complete_many(items).await {
+            Ok(results) if results.len() == batch.len() => {
+                for (job, result) in batch.into_iter().zip(results) {
+                    let _ = job.reply.send(result);
+                }
+            }
+            _ => {
+                for job in batch {
+                    let (e, a, t) = job.ids;
+                    let _ = job
+                        .reply
+                        .send(backend.complete(e, a, t, job.completion).await);
+                }
+            }
+        }
+    }
 }
 
 impl<B: LeasedExecutionBackend + Clone + 'static> ExecutionSource<B> {
@@ -185,6 +240,7 @@ impl<B: LeasedExecutionBackend + Clone + 'static> ExecutionSource<B> {
             backend,
             options,
             name,
+            completer: OnceLock::new(),
         })
     }
 
@@ -196,6 +252,21 @@ impl<B: LeasedExecutionBackend + Clone + 'static> ExecutionSource<B> {
     /// The options.
     pub fn options(&self) -> &ExecutionSourceOptions {
         &self.options
+    }
+
+    /// The batch writer's queue, started on first use (inside the runtime).
+    fn completions(&self) -> tokio::sync::mpsc::UnboundedSender<CompletionJob> {
+        self.completer
+            .get_or_init(|| {
+                let (jobs, rx) = tokio::sync::mpsc::unbounded_channel();
+                let task = tokio::spawn(completion_loop(self.backend.clone(), rx));
+                Completer {
+                    jobs,
+                    _task: AbortOnDropHandle::new(task),
+                }
+            })
+            .jobs
+            .clone()
     }
 
     fn delivery(&self, lease: ExecutionLease) -> ExecutionDelivery<B> {
@@ -225,6 +296,7 @@ impl<B: LeasedExecutionBackend + Clone + 'static> ExecutionSource<B> {
             heartbeat: None,
             stop: CancellationToken::new(),
             completed: None,
+            completions: Some(self.completions()),
         }
     }
 }
@@ -339,6 +411,8 @@ struct ExecutionDelivery<B> {
     heartbeat: Option<AbortOnDropHandle<()>>,
     stop: CancellationToken,
     completed: Option<Execution>,
+    /// The source's batch writer; `None` completes directly.
+    completions: Option<tokio::sync::mpsc::UnboundedSender<CompletionJob>>,
 }
 
 impl<B: LeasedExecutionBackend + Clone + 'static> ExecutionDelivery<B> {
@@ -507,14 +581,28 @@ impl<B: LeasedExecutionBackend + Clone + 'static> ManagedDelivery for ExecutionD
         }
         self.stop_heartbeat();
         let succeeded = matches!(completion, ExecutionCompletion::Succeeded { .. });
+        let ids = (self.execution_id, self.attempt_id, self.lease_token);
+        if let Some(queue) = &self.completions {
+            let (reply, answer) = tokio::sync::oneshot::channel();
+            let job = CompletionJob {
+                ids,
+                completion: completion.clone(),
+                reply,
+            };
+            if queue.send(job).is_ok()
+                && let Ok(outcome) = answer.await
+            {
+                let execution = outcome?;
+                if succeeded && execution.status == ExecutionStatus::Cancelled {
+                    self.lease.cancel_requested.store(true, Ordering::SeqCst);
+                }
+                self.completed = Some(execution.clone());
+                return Ok(execution);
+            }
+        }
         let execution = self
             .backend
-            .complete(
-                self.execution_id,
-                self.attempt_id,
-                self.lease_token,
-                completion,
-            )
+            .complete(ids.0, ids.1, ids.2, completion)
             .await?;
         if succeeded && execution.status == ExecutionStatus::Cancelled {
             self.lease.cancel_requested.store(true, Ordering::SeqCst);

@@ -15,6 +15,9 @@ use crate::error::{Error, Result};
 use crate::event::TaskEventKind;
 use crate::source::Source;
 
+/// How long a busy runner waits for more slots to free up before fetching anyway.
+const COALESCE_WAIT: Duration = Duration::from_millis(20);
+
 /// How long a runner waits for in-flight work at shutdown, and for cancelled work to clean up.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct ShutdownBudget {
@@ -66,6 +69,8 @@ impl Runner {
     async fn fetch_loop(&mut self, control: &mut watch::Receiver<ControlState>) -> Result<()> {
         let task = self.rt.task_name.clone();
         let concurrency = self.rt.task.concurrency.max(1);
+        // Whether the runner already waited for more free slots since its last fetch.
+        let mut gathered = false;
         loop {
             self.reap();
             let state = control.borrow_and_update().clone();
@@ -84,7 +89,28 @@ impl Runner {
                 }
                 continue;
             }
+            // A fetch costs about the same for one delivery as for many (a claim is one
+            // transaction), so while work is in flight, wait briefly for a quarter of the slots
+            // to free up before fetching; idle runners fetch at once.
+            let worth_fetching = (concurrency / 4).clamp(1, self.source.batch_size().max(1));
+            if free < worth_fetching && !self.inflight.is_empty() && !gathered {
+                gathered = true;
+                let gather = COALESCE_WAIT.min(self.source.poll_interval());
+                let deadline = tokio::time::Instant::now() + gather;
+                while concurrency.saturating_sub(self.inflight.len()) < worth_fetching {
+                    tokio::select! {
+                        done = self.inflight.join_next() => match done {
+                            Some(done) => log_join(&task, done),
+                            None => break,
+                        },
+                        _ = tokio::time::sleep_until(deadline) => break,
+                        _ = control.changed() => break,
+                    }
+                }
+                continue;
+            }
 
+            gathered = false;
             let fetched = {
                 let fetch = self.source.fetch(free);
                 tokio::pin!(fetch);

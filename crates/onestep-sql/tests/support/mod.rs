@@ -73,6 +73,7 @@ pub fn options(setup: &Setup) -> BackendOptions {
         limits: setup.limits,
         reclaim_batch_size: setup.reclaim_batch_size,
         clock: Some(Arc::new(setup.clock.clone())),
+        maintenance_interval: std::time::Duration::ZERO,
     }
 }
 

@@ -727,3 +727,121 @@ pub async fn version_counts_every_state_change_but_heartbeats<F: BackendFactory>
         .unwrap();
     assert_eq!(done.version, 5);
 }
+
+/// A batch of completions is decided one by one: accepted ones are written, a stale token is a
+/// lost lease, a repeated terminal completion is a replay, an unknown id does not exist.
+pub async fn complete_many_fences_each_completion_on_its_own<F: BackendFactory>(f: &F) {
+    let (b, setup) = backend(f).await;
+    for n in 0..5 {
+        submit(&b, "batch", json!(n)).await;
+    }
+    let leases = claim(&b, "batch", 5, 30.0).await;
+    assert_eq!(leases.len(), 5);
+    let replayed = complete(
+        &b,
+        &leases[3],
+        ExecutionCompletion::Succeeded {
+            result: json!("done"),
+        },
+    )
+    .await
+    .unwrap();
+    setup.clock.advance(secs(1.0));
+    let item = |l: &onestep_core::execution::ExecutionLease, c| {
+        (l.execution.id, l.attempt_id, l.lease_token, c)
+    };
+    let mut stale = leases[1].clone();
+    stale.lease_token = uuid::Uuid::new_v4();
+    let results = b
+        .complete_many(vec![
+            item(
+                &leases[0],
+                ExecutionCompletion::Succeeded {
+                    result: json!({"n": 0}),
+                },
+            ),
+            item(&stale, ExecutionCompletion::Succeeded { result: json!(1) }),
+            item(
+                &leases[2],
+                ExecutionCompletion::Retrying {
+                    error: Some(detail("error", "E")),
+                    delay_s: Some(5.0),
+                },
+            ),
+            item(
+                &leases[3],
+                ExecutionCompletion::Succeeded {
+                    result: json!("done"),
+                },
+            ),
+            item(
+                &leases[4],
+                ExecutionCompletion::Failed {
+                    error: Some(detail("error", "ValueError")),
+                },
+            ),
+            (
+                uuid::Uuid::new_v4(),
+                uuid::Uuid::new_v4(),
+                uuid::Uuid::new_v4(),
+                ExecutionCompletion::Cancelled,
+            ),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(results.len(), 6);
+    let ok = results[0].as_ref().unwrap();
+    assert_eq!(
+        (ok.status, ok.result.clone(), ok.version),
+        (ExecutionStatus::Succeeded, Some(json!({"n": 0})), 2)
+    );
+    assert!(results[1].as_ref().unwrap_err().is_lease_lost());
+    let retrying = results[2].as_ref().unwrap();
+    assert_eq!(retrying.status, ExecutionStatus::Retrying);
+    assert_eq!(retrying.available_at, after(&setup, 5.0));
+    assert_eq!(
+        results[3].as_ref().unwrap(),
+        &replayed,
+        "a repeated terminal completion is a replay"
+    );
+    assert_eq!(
+        results[4]
+            .as_ref()
+            .unwrap()
+            .error
+            .as_ref()
+            .unwrap()
+            .exception_type,
+        "ValueError"
+    );
+    assert_eq!(
+        results[5].as_ref().unwrap_err().to_string(),
+        "execution does not exist"
+    );
+    assert_eq!(
+        b.get(NS, leases[1].execution.id)
+            .await
+            .unwrap()
+            .unwrap()
+            .status,
+        ExecutionStatus::Running
+    );
+    assert_eq!(
+        b.get(NS, leases[0].execution.id)
+            .await
+            .unwrap()
+            .unwrap()
+            .result,
+        Some(json!({"n": 0}))
+    );
+    let again = complete(
+        &b,
+        &leases[0],
+        ExecutionCompletion::Succeeded {
+            result: json!({"n": 0}),
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(again.version, 2, "the batch wrote exactly once");
+}

@@ -565,6 +565,138 @@ impl<D: Dialect> SqlExecutionBackend<D> {
         due
     }
 
+    /// Submits a batch in one transaction: existing rows for the batch's keys are read once,
+    /// repeated submissions are answered from them (or rejected as conflicts), and every new row
+    /// goes in with multi-row INSERTs. Fails as a whole on a unique violation (a concurrent
+    /// submit of the same key); the caller then falls back to one-by-one submits.
+    async fn submit_batch(
+        &self,
+        requests: &[ExecutionRequest],
+    ) -> ExecutionResult<Vec<ExecutionResult<Execution>>> {
+        const CHUNK: usize = 500;
+        let op = ConnectorOperation::Send;
+        let e = D::quote(&self.inner.tables.executions);
+        let mut tx = self.begin(op).await?;
+        let out: ExecutionResult<_> = async {
+            let now = self.now(&mut tx, op).await?;
+            let mut results: Vec<Option<ExecutionResult<Execution>>> =
+                Vec::with_capacity(requests.len());
+            let mut fresh: Vec<(usize, ExecutionRow)> = Vec::new();
+            // Keys seen earlier in this batch, so a key repeated inside the batch behaves as two
+            // sequential submits.
+            let mut batch_keys: std::collections::HashMap<(String, String, String), usize> =
+                std::collections::HashMap::new();
+            let keyed: Vec<&ExecutionRequest> = requests
+                .iter()
+                .filter(|r| r.idempotency_key.is_some())
+                .collect();
+            let mut existing: Vec<ExecutionRow> = Vec::new();
+            for chunk in keyed.chunks(CHUNK) {
+                let clause =
+                    vec!["(namespace = ? AND task_name = ? AND idempotency_key = ?)"; chunk.len()]
+                        .join(" OR ");
+                let sql = D::render(&format!(
+                    "SELECT {} FROM {e} WHERE {clause}",
+                    sql::EXECUTION_COLUMNS
+                ));
+                let mut params = Vec::with_capacity(chunk.len() * 3);
+                for r in chunk {
+                    params.extend([
+                        Param::from(r.namespace.clone()),
+                        Param::from(r.task_name.clone()),
+                        Param::from(r.idempotency_key.clone().unwrap_or_default()),
+                    ]);
+                }
+                existing.extend(
+                    D::fetch_executions(&mut tx, &sql, params)
+                        .await
+                        .map_err(db::<D>(op))?,
+                );
+            }
+            for (index, request) in requests.iter().enumerate() {
+                let encoded = match encode_submission(request, &self.inner.options.limits) {
+                    Ok(encoded) => encoded,
+                    Err(err) => {
+                        results.push(Some(Err(err)));
+                        continue;
+                    }
+                };
+                if let Some(key) = &request.idempotency_key {
+                    let scope = (
+                        request.namespace.clone(),
+                        request.task_name.clone(),
+                        key.clone(),
+                    );
+                    let prior = existing
+                        .iter()
+                        .find(|r| {
+                            r.namespace == scope.0
+                                && r.task_name == scope.1
+                                && r.idempotency_key.as_deref() == Some(key.as_str())
+                        })
+                        .cloned()
+                        .or_else(|| {
+                            batch_keys
+                                .get(&scope)
+                                .and_then(|i| fresh.iter().find(|(j, _)| j == i))
+                                .map(|(_, r)| r.clone())
+                        });
+                    if let Some(prior) = prior {
+                        results.push(Some(if prior.submission_digest == encoded.digest {
+                            prior.to_execution()
+                        } else {
+                            Err(ExecutionError::Conflict(
+                                "idempotency key was already used with a different submission"
+                                    .into(),
+                            ))
+                        }));
+                        continue;
+                    }
+                    batch_keys.insert(scope, index);
+                }
+                let row = ExecutionRow::queued(request, encoded, Uuid::new_v4(), now);
+                fresh.push((index, row));
+                results.push(None);
+            }
+            for chunk in fresh.chunks(CHUNK) {
+                let values = vec![
+                    "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+                    chunk.len()
+                ]
+                .join(", ");
+                let insert = D::render(&format!(
+                    "INSERT INTO {e} ({}) VALUES {values}",
+                    sql::EXECUTION_COLUMNS
+                ));
+                let params: Vec<Param> = chunk
+                    .iter()
+                    .flat_map(|(_, row)| Self::insert_params(row))
+                    .collect();
+                D::execute(&mut tx, &insert, params)
+                    .await
+                    .map_err(db::<D>(op))?;
+            }
+            let mut fresh = fresh.into_iter().peekable();
+            let mut out = Vec::with_capacity(requests.len());
+            for (index, result) in results.into_iter().enumerate() {
+                match result {
+                    Some(r) => out.push(r),
+                    None => match fresh.next_if(|(i, _)| *i == index) {
+                        Some((_, row)) => out.push(row.to_execution()),
+                        None => {
+                            return Err(ExecutionError::Backend(
+                                "batched submit lost track of a row".into(),
+                            ));
+                        }
+                    },
+                }
+            }
+            Ok(out)
+        }
+        .await;
+        Self::finish(tx, out, op).await
+    }
+
     async fn maintain(&self, tx: &mut Tx<D>, now: OffsetDateTime) -> ExecutionResult<()> {
         let s = &self.inner.statements;
         let batch = i64::try_from(self.inner.options.reclaim_batch_size).unwrap_or(i64::MAX);
@@ -727,6 +859,32 @@ impl<D: Dialect> ExecutionBackend for SqlExecutionBackend<D> {
 
     async fn submit(&self, request: ExecutionRequest) -> ExecutionResult<Execution> {
         retry_transient(|| self.submit_one(request.clone())).await
+    }
+
+    async fn submit_many(
+        &self,
+        requests: Vec<ExecutionRequest>,
+    ) -> ExecutionResult<Vec<ExecutionResult<Execution>>> {
+        if requests.len() < 2 {
+            let mut out = Vec::with_capacity(requests.len());
+            for r in requests {
+                out.push(self.submit(r).await);
+            }
+            return Ok(out);
+        }
+        match retry_transient(|| self.submit_batch(&requests)).await {
+            Ok(out) => Ok(out),
+            Err(err) => {
+                // A concurrent submit took a key between our check and the insert, or the batch
+                // failed as a whole: submit one by one, which resolves each key on its own.
+                tracing::debug!(error = %err, "batched submit failed; submitting one by one");
+                let mut out = Vec::with_capacity(requests.len());
+                for r in requests {
+                    out.push(self.submit(r).await);
+                }
+                Ok(out)
+            }
+        }
     }
 
     async fn get(&self, namespace: &str, id: Uuid) -> ExecutionResult<Option<Execution>> {

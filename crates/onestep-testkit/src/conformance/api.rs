@@ -300,6 +300,38 @@ pub async fn submit_many_applies_the_rules_to_each_item<F: BackendFactory>(f: &F
             .len(),
         3
     );
+    // A key repeated inside one batch behaves as two sequential submits.
+    let twice = b
+        .submit_many(vec![
+            request(
+                "u",
+                json!(1),
+                SubmitOptions::default().idempotency_key("in-batch"),
+            ),
+            request(
+                "u",
+                json!(1),
+                SubmitOptions::default().idempotency_key("in-batch"),
+            ),
+            request(
+                "u",
+                json!(2),
+                SubmitOptions::default().idempotency_key("in-batch"),
+            ),
+            request("u", json!(3), SubmitOptions::default()),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(twice[0].as_ref().unwrap().id, twice[1].as_ref().unwrap().id);
+    assert!(matches!(twice[2], Err(ExecutionError::Conflict(_))));
+    assert_eq!(
+        b.list(&query(Some("u"), None, 50))
+            .await
+            .unwrap()
+            .items
+            .len(),
+        2
+    );
 }
 
 /// Namespaces isolate executions.

@@ -90,6 +90,13 @@ pub trait Source: Resource {
         Ok(())
     }
 
+    /// Waits up to `max` for work to become available; called after an empty fetch. The default
+    /// sleeps `max` (polling). Sources with a wake-up channel return as soon as work may be
+    /// there, so idle runners pick work up without waiting a poll interval.
+    async fn wait_ready(&self, max: Duration) {
+        tokio::time::sleep(max).await;
+    }
+
     /// Called when a paused task resumes; schedules use it to skip the runs missed while paused.
     fn resume_after_pause(&self) {}
 

@@ -124,6 +124,23 @@ pub trait Dialect: Send + Sync + Sized + 'static {
         auto_create: bool,
     ) -> ExecutionResult<()>;
 
+    /// The statement that wakes other processes' idle workers after a submit, with the channel
+    /// as its only parameter (PostgreSQL: `SELECT pg_notify(?, '')`); `None` where the dialect
+    /// has no notifications (workers then poll, or wake on in-process signals).
+    fn notify_sql() -> Option<&'static str> {
+        None
+    }
+
+    /// Starts a task that bumps `signal` whenever `channel` is notified; `None` without
+    /// notifications.
+    fn listen(
+        _pool: sqlx::Pool<Self::Db>,
+        _channel: String,
+        _signal: std::sync::Arc<tokio::sync::watch::Sender<u64>>,
+    ) -> Option<tokio::task::JoinHandle<()>> {
+        None
+    }
+
     /// Classifies a driver error.
     fn classify(err: &sqlx::Error) -> ConnectorErrorKind;
 

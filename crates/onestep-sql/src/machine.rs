@@ -141,6 +141,14 @@ struct Inner<D: Dialect> {
     ready: AsyncMutex<bool>,
     opens: AtomicUsize,
     last_maintenance: std::sync::Mutex<Option<std::time::Instant>>,
+    /// Bumped when work may have become claimable (in this process, or notified by another).
+    work: Arc<tokio::sync::watch::Sender<u64>>,
+    /// The LISTEN task, started by the first idle worker.
+    listener: std::sync::OnceLock<tokio_util::task::AbortOnDropHandle<()>>,
+    /// When this process last sent a NOTIFY (rate limit).
+    last_notify: std::sync::Mutex<Option<std::time::Instant>>,
+    /// The notification channel (`onestep_` + the executions table, at most 63 characters).
+    channel: String,
     _dialect: PhantomData<D>,
 }
 
@@ -263,6 +271,10 @@ impl<D: Dialect> SqlExecutionBackend<D> {
             ));
         }
         let statements = Statements::new::<D>(&tables);
+        let channel: String = format!("onestep_{}", tables.executions)
+            .chars()
+            .take(63)
+            .collect();
         Ok(Self {
             inner: Arc::new(Inner {
                 connector,
@@ -273,6 +285,10 @@ impl<D: Dialect> SqlExecutionBackend<D> {
                 ready: AsyncMutex::new(false),
                 opens: AtomicUsize::new(0),
                 last_maintenance: std::sync::Mutex::new(None),
+                work: Arc::new(tokio::sync::watch::Sender::new(0)),
+                listener: std::sync::OnceLock::new(),
+                last_notify: std::sync::Mutex::new(None),
+                channel,
                 _dialect: PhantomData,
             }),
         })
@@ -516,7 +532,8 @@ impl<D: Dialect> SqlExecutionBackend<D> {
         .await;
         match inserted {
             Ok(_) => {
-                Self::commit(tx, op).await?;
+                let signalled = self.signal_work(&mut tx).await;
+                Self::finish(tx, signalled, op).await?;
                 row.to_execution()
             }
             Err(err) => {
@@ -549,6 +566,33 @@ impl<D: Dialect> SqlExecutionBackend<D> {
                 existing.to_execution()
             }
         }
+    }
+
+    /// Wakes this process's idle workers, and other processes' through NOTIFY (at most every
+    /// 5 ms per backend, inside the caller's transaction so it is delivered at commit).
+    async fn signal_work(&self, tx: &mut Tx<D>) -> ExecutionResult<()> {
+        self.inner.work.send_modify(|n| *n = n.wrapping_add(1));
+        let Some(notify) = D::notify_sql() else {
+            return Ok(());
+        };
+        let due = {
+            let mut last = self
+                .inner
+                .last_notify
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            let due = last.is_none_or(|t| t.elapsed() >= Duration::from_millis(5));
+            if due {
+                *last = Some(std::time::Instant::now());
+            }
+            due
+        };
+        if due {
+            D::execute(tx, notify, vec![self.inner.channel.clone().into()])
+                .await
+                .map_err(db::<D>(ConnectorOperation::Send))?;
+        }
+        Ok(())
     }
 
     /// Whether a claim should run maintenance now; marks it done when it should.
@@ -675,6 +719,9 @@ impl<D: Dialect> SqlExecutionBackend<D> {
                 D::execute(&mut tx, &insert, params)
                     .await
                     .map_err(db::<D>(op))?;
+            }
+            if !fresh.is_empty() {
+                self.signal_work(&mut tx).await?;
             }
             let mut fresh = fresh.into_iter().peekable();
             let mut out = Vec::with_capacity(requests.len());
@@ -1089,7 +1136,10 @@ impl<D: Dialect> LeasedExecutionBackend for SqlExecutionBackend<D> {
         attempt_id: Uuid,
         lease_token: Uuid,
     ) -> ExecutionResult<Execution> {
-        retry_transient(|| self.release_once(execution_id, attempt_id, lease_token)).await
+        let released =
+            retry_transient(|| self.release_once(execution_id, attempt_id, lease_token)).await?;
+        self.inner.work.send_modify(|n| *n = n.wrapping_add(1));
+        Ok(released)
     }
 
     async fn lease_remaining(&self, lease_expires_at: OffsetDateTime) -> ExecutionResult<Duration> {
@@ -1102,6 +1152,20 @@ impl<D: Dialect> LeasedExecutionBackend for SqlExecutionBackend<D> {
 
     fn validate_result(&self, result: &Value) -> ExecutionResult<()> {
         encode_result(result, &self.inner.options.limits).map(|_| ())
+    }
+
+    async fn wait_for_work(&self, _namespace: &str, _task_names: &[String], timeout: Duration) {
+        let mut work = self.inner.work.subscribe();
+        if self.inner.listener.get().is_none()
+            && let Ok(pool) = self.inner.connector.pool()
+            && let Some(task) = D::listen(pool, self.inner.channel.clone(), self.inner.work.clone())
+        {
+            let _ = self
+                .inner
+                .listener
+                .set(tokio_util::task::AbortOnDropHandle::new(task));
+        }
+        let _ = tokio::time::timeout(timeout, work.changed()).await;
     }
 }
 

@@ -258,6 +258,37 @@ impl Dialect for Postgres {
         tx.commit().await.map_err(open)
     }
 
+    fn notify_sql() -> Option<&'static str> {
+        Some("SELECT pg_notify($1, '')")
+    }
+
+    fn listen(
+        pool: sqlx::Pool<sqlx::Postgres>,
+        channel: String,
+        signal: std::sync::Arc<tokio::sync::watch::Sender<u64>>,
+    ) -> Option<tokio::task::JoinHandle<()>> {
+        Some(tokio::spawn(async move {
+            loop {
+                let listening = async {
+                    let mut listener = sqlx::postgres::PgListener::connect_with(&pool).await?;
+                    listener.listen(&channel).await?;
+                    loop {
+                        listener.recv().await?;
+                        signal.send_modify(|n| *n = n.wrapping_add(1));
+                    }
+                    #[allow(unreachable_code)] // the loop only ends by an error
+                    Ok::<(), sqlx::Error>(())
+                };
+                if let Err(err) = listening.await {
+                    tracing::debug!(error = %err, channel = %channel, "LISTEN connection lost; workers poll until it is back");
+                }
+                // Wake waiters so they poll while the listener reconnects.
+                signal.send_modify(|n| *n = n.wrapping_add(1));
+                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+            }
+        }))
+    }
+
     fn classify(err: &sqlx::Error) -> ConnectorErrorKind {
         if let Some(kind) = classify_common(err) {
             return kind;

@@ -66,3 +66,59 @@ async fn lease_deadlines_use_database_time() {
         "lease ends {ahead} after database now"
     );
 }
+
+/// A worker in another process (another backend, its own pool) wakes on NOTIFY when the API
+/// submits, instead of waiting its poll interval.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_submit_wakes_an_idle_worker_of_another_backend() {
+    use onestep_core::execution::{ExecutionSource, ExecutionSourceOptions, ExecutionStatus};
+    use onestep_core::{OneStepApp, Task, TaskContext, TaskError};
+    let url = support::postgres_url();
+    let options = live::fresh_options();
+    let api = PostgresExecutionBackend::new(&url, options.clone()).unwrap();
+    let worker_backend = PostgresExecutionBackend::new(&url, options).unwrap();
+    api.open().await.unwrap();
+    let mut o = ExecutionSourceOptions::new("live", "notify");
+    o.poll_interval_s = 10.0;
+    let source = ExecutionSource::new(worker_backend, o).unwrap();
+    let app = OneStepApp::builder("notified")
+        .task(
+            Task::new("notify")
+                .source(std::sync::Arc::new(source))
+                .handler(|_ctx: TaskContext, _v: serde_json::Value| async {
+                    Ok::<_, TaskError>(serde_json::json!("woken"))
+                }),
+        )
+        .build()
+        .unwrap();
+    let handle = app.handle();
+    let serve = tokio::spawn(async move { app.serve().await });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let started = std::time::Instant::now();
+    let r = ExecutionRequest::new(
+        "live",
+        "notify",
+        serde_json::json!(1),
+        SubmitOptions::default(),
+    )
+    .unwrap();
+    let e = api.submit(r).await.unwrap();
+    loop {
+        let now = api.get("live", e.id).await.unwrap().unwrap();
+        if now.status == ExecutionStatus::Succeeded {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "not woken: still {:?}",
+            now.status
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "woken by NOTIFY, not the 10 s poll"
+    );
+    handle.request_shutdown();
+    serve.await.unwrap().unwrap();
+}

@@ -74,6 +74,7 @@ macro_rules! execution_conformance {
             execution_source_fetch_carries_correlation_meta,
             source_release_unstarted_returns_claims_to_the_queue,
             worker_that_loses_its_lease_stops_and_a_new_attempt_finishes,
+            idle_workers_wake_up_on_submit,
         );
     };
     (@cases $factory:expr; $($case:ident),* $(,)?) => {

@@ -161,6 +161,13 @@ pub trait LeasedExecutionBackend: ExecutionBackend {
     /// Checks a result can be stored (encodable, within the size limit) without writing anything.
     fn validate_result(&self, result: &Value) -> ExecutionResult<()>;
 
+    /// Waits up to `timeout` for work that `task_names` in `namespace` may claim (a submit, a
+    /// release, a retry due now). The default sleeps `timeout`; backends with a wake-up channel
+    /// return early. A wake-up is a hint: the next claim decides.
+    async fn wait_for_work(&self, _namespace: &str, _task_names: &[String], timeout: Duration) {
+        tokio::time::sleep(timeout).await;
+    }
+
     /// Renews several leases; the default calls [`heartbeat`](LeasedExecutionBackend::heartbeat)
     /// for each.
     async fn heartbeat_many(

@@ -467,7 +467,9 @@ impl LeasedExecutionBackend for MemoryExecutionBackend {
             });
         }
         drop(tables);
-        self.changed();
+        if !leases.is_empty() {
+            self.changed();
+        }
         Ok(leases)
     }
 
@@ -634,6 +636,11 @@ impl LeasedExecutionBackend for MemoryExecutionBackend {
     async fn lease_remaining(&self, lease_expires_at: OffsetDateTime) -> ExecutionResult<Duration> {
         let left = lease_expires_at - self.now();
         Ok(Duration::try_from(left).unwrap_or(Duration::ZERO))
+    }
+
+    async fn wait_for_work(&self, _namespace: &str, _task_names: &[String], timeout: Duration) {
+        let mut changes = self.inner.changes.subscribe();
+        let _ = tokio::time::timeout(timeout, changes.changed()).await;
     }
 
     fn validate_result(&self, result: &Value) -> ExecutionResult<()> {

@@ -358,6 +358,12 @@ impl<B: LeasedExecutionBackend + Clone + 'static> Source for ExecutionSource<B> 
         false
     }
 
+    async fn wait_ready(&self, max: Duration) {
+        self.backend
+            .wait_for_work(&self.options.namespace, &self.options.task_names, max)
+            .await;
+    }
+
     fn validate_task(&self, task_name: &str) -> Result<()> {
         let expected = &self.options.task_names[0];
         if expected != task_name {

@@ -145,7 +145,10 @@ impl Runner {
                     }
                 },
                 Ok(deliveries) if deliveries.is_empty() => {
-                    sleep_unless_stopped(self.source.poll_interval(), control, &task).await;
+                    tokio::select! {
+                        _ = self.source.wait_ready(self.source.poll_interval()) => {}
+                        _ = wait_stop(control, &task) => {}
+                    }
                 }
                 Ok(deliveries) => {
                     if control.borrow().stops_fetching(&task) {

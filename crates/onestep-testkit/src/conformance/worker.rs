@@ -524,3 +524,32 @@ pub async fn worker_that_loses_its_lease_stops_and_a_new_attempt_finishes<F: Bac
     assert_eq!(done.status, ExecutionStatus::Succeeded);
     assert_eq!(done.result, Some(json!({"attempt": 2})));
 }
+
+/// An idle worker picks up a new submission well before its next poll (a wake-up channel).
+pub async fn idle_workers_wake_up_on_submit<F: BackendFactory>(f: &F) {
+    let (b, _) = backend(f).await;
+    let mut o = options("wake");
+    o.poll_interval_s = 5.0;
+    let app = OneStepApp::builder("worker")
+        .task(
+            Task::new("wake")
+                .source(Arc::new(ExecutionSource::new(b.clone(), o).unwrap()))
+                .handler(|_ctx: TaskContext, _v: Value| async {
+                    Ok::<_, TaskError>(json!("awake"))
+                }),
+        )
+        .build()
+        .unwrap();
+    let running = Running::start(app);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let submitted_at = tokio::time::Instant::now();
+    let e = submit(&b, "wake", json!(1)).await;
+    let done = wait_terminal(&b, e.id).await;
+    let took = submitted_at.elapsed();
+    running.stop().await;
+    assert_eq!(done.status, ExecutionStatus::Succeeded);
+    assert!(
+        took < Duration::from_secs(3),
+        "picked up after {took:?}, not at the 5 s poll"
+    );
+}

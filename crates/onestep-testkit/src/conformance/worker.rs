@@ -64,7 +64,15 @@ async fn wait_until<B: ExecutionBackend>(
 ) -> Execution {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
     loop {
-        let e = b.get(NS, id).await.unwrap().expect("the execution exists");
+        let e = match b.get(NS, id).await {
+            Ok(found) => found.expect("the execution exists"),
+            // A loaded machine may time out one poll; the contract is about the final state.
+            Err(err) if err.is_retryable() => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+            Err(err) => panic!("reading {id} failed: {err}"),
+        };
         if pred(&e) {
             return e;
         }

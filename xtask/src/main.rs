@@ -1,14 +1,21 @@
 //! `cargo xtask`: what CI runs, runnable locally.
 //!
 //! - `cargo xtask ci [--throwaway-servers]`: format check, clippy with `-D warnings`, docs with
-//!   `-D warnings`, all tests.
+//!   `-D warnings`, `release-check`, `cargo deny check licenses bans sources` (when cargo-deny is
+//!   installed), all tests.
 //! - `cargo xtask test [--throwaway-servers] [ARGS…]`: all tests (extra arguments go to
 //!   `cargo test`), with real PostgreSQL and MariaDB servers (see [`servers`]).
 //! - `cargo xtask lint`: format check, clippy and docs only.
+//! - `cargo xtask release-check [--no-verify] [--no-package]`: whether the workspace can be
+//!   released (see [`release`]); `cargo xtask release-plan`: the ordered plan for a human.
+//! - `cargo xtask deny [CHECKS…]`: cargo-deny (see [`deny`]); `cargo xtask install-tools`
+//!   installs it.
 
 mod cleanup;
+mod deny;
 mod mariadb;
 mod postgres;
+mod release;
 mod servers;
 mod sys;
 mod url;
@@ -25,9 +32,17 @@ const USAGE: &str = "\
 usage: cargo xtask <command> [args]
 
 commands:
-  ci [--throwaway-servers]            lint, then test
+  ci [--throwaway-servers]            lint, release-check, deny (if installed), then test
   lint                                fmt check, clippy -D warnings, docs -D warnings
   test [--throwaway-servers] [ARGS]   cargo test --workspace [ARGS] against real servers
+  release-check [--no-verify] [--no-package]
+                                      publish order, version requirements, changelog, release
+                                      tags, Cargo.lock, and `cargo publish --dry-run` of every
+                                      published crate in order (--no-verify: do not build the
+                                      packages; --no-package: skip packaging)
+  release-plan                        the ordered release plan: crate, old -> new version, why
+  deny [CHECKS]                       cargo deny check (default: licenses bans sources)
+  install-tools                       cargo install cargo-deny --locked
   help                                this text
 
 Servers for the tests, per kind: ONESTEP_POSTGRES_URL / ONESTEP_MYSQL_URL if set; else the local
@@ -54,6 +69,8 @@ fn run() -> Result<()> {
     match command.as_str() {
         "ci" => {
             lint()?;
+            release::check(&release::CheckOptions::default())?;
+            deny::check(&[])?;
             test(options, &rest)
         }
         "lint" => {
@@ -63,6 +80,24 @@ fn run() -> Result<()> {
             lint()
         }
         "test" => test(options, &rest),
+        "release-check" => {
+            no_throwaway(&options, &command)?;
+            release::check(&release::CheckOptions::from_args(&rest)?)
+        }
+        "release-plan" => {
+            no_throwaway(&options, &command)?;
+            no_arguments(&rest, &command)?;
+            release::plan()
+        }
+        "deny" => {
+            no_throwaway(&options, &command)?;
+            deny::check(&rest)
+        }
+        "install-tools" => {
+            no_throwaway(&options, &command)?;
+            no_arguments(&rest, &command)?;
+            deny::install_tools()
+        }
         "help" | "--help" | "-h" => {
             println!("{USAGE}");
             Ok(())
@@ -70,6 +105,25 @@ fn run() -> Result<()> {
         cleanup::WATCHDOG_COMMAND => cleanup::watchdog(),
         other => bail!("unknown command {other:?}; try `cargo xtask help`"),
     }
+}
+
+/// Fails when `--throwaway-servers` was given to a command that starts no servers.
+fn no_throwaway(options: &Options, command: &str) -> Result<()> {
+    if options.throwaway {
+        bail!(
+            "{} is for `test` and `ci`, not `{command}`",
+            servers::THROWAWAY_FLAG
+        );
+    }
+    Ok(())
+}
+
+/// Fails when a command that takes no arguments got some.
+fn no_arguments(rest: &[String], command: &str) -> Result<()> {
+    if let Some(first) = rest.first() {
+        bail!("`{command}` takes no arguments (got {first:?})");
+    }
+    Ok(())
 }
 
 /// `cargo xtask lint`: format check, clippy and docs, all with warnings as errors.

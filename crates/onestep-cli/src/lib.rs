@@ -127,13 +127,19 @@ impl Cli {
     }
 }
 
-/// The versions of the crates in this binary.
+/// The onestep crates in this binary and their versions, dependencies first. API and worker
+/// processes print these (`onestep --version`) so a deployment can check they match.
+pub fn versions() -> [(&'static str, &'static str); 4] {
+    [
+        ("onestep-core", onestep_core::VERSION),
+        ("onestep-sql", onestep_sql::VERSION),
+        ("onestep-http", onestep_http::VERSION),
+        ("onestep-cli", env!("CARGO_PKG_VERSION")),
+    ]
+}
+
+/// The versions of the crates in this binary, as `onestep --version` prints them.
 pub fn version_text() -> String {
-    format!(
-        "{} (onestep-core {}, onestep-sql {}, onestep-cli {})",
-        env!("CARGO_PKG_VERSION"),
-        onestep_core::VERSION,
-        onestep_sql::VERSION,
-        env!("CARGO_PKG_VERSION")
-    )
+    let crates: Vec<String> = versions().iter().map(|(n, v)| format!("{n} {v}")).collect();
+    format!("{} ({})", env!("CARGO_PKG_VERSION"), crates.join(", "))
 }

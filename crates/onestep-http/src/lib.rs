@@ -472,3 +472,6 @@ pub async fn serve(
         .with_graceful_shutdown(shutdown)
         .await
 }
+
+/// This crate's version.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");

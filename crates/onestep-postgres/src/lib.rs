@@ -41,3 +41,6 @@ pub use onestep_sql::postgres::{
     execution_source,
 };
 pub use onestep_sql::{BackendOptions, PoolSettings};
+
+/// This crate's version.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");

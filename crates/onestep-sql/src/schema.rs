@@ -62,16 +62,12 @@ pub const NAME_HASH_LENGTH: usize = 12;
 /// The single place that says where the DDL templates live.
 ///
 /// `include_str!` only takes a literal (or a macro expanding to one), so the
-/// location is a macro instead of a `const`. To move the templates to the
-/// workspace's `migrations/{postgres,mysql,sqlite}/…`, change this path and the
-/// three file names in [`Dialect::ddl_template`].
+/// location is a macro. The crate's `migrations` is a symlink to the
+/// workspace's `migrations/`, the one source of the DDL; `cargo package`
+/// follows it, so the published crate carries the files.
 macro_rules! ddl_template_file {
     ($file:literal) => {
-        include_str!(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../../migrations/",
-            $file
-        ))
+        include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/migrations/", $file))
     };
 }
 

@@ -68,7 +68,10 @@ async fn wait_until<B: ExecutionBackend>(
             Ok(found) => found.expect("the execution exists"),
             // A loaded machine may time out one poll; the contract is about the final state.
             Err(err) if err.is_retryable() => {
-                assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}: {err}");
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "timed out waiting for {what}: {err}"
+                );
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 continue;
             }

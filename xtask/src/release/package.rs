@@ -1,0 +1,126 @@
+//! Packaging: `cargo publish --dry-run` of the published crates, in publish order, in one cargo
+//! invocation.
+//!
+//! Why one invocation: a crate's workspace dependencies are not on crates.io yet, so packaging
+//! `onestep-sql` alone fails to resolve `onestep-core`. When several crates are packaged together
+//! (cargo 1.90+), cargo puts the freshly packaged `.crate` files in a temporary local registry
+//! laid over crates.io, and verifies each crate by unpacking its `.crate` under `target/package/`
+//! and building it there against those `.crate` files. So the build uses exactly the files that
+//! would be uploaded, and the dependencies' packaged sources rather than the workspace's.
+//! `--dry-run` stops before uploading; cargo also warns when a version is already on crates.io.
+//!
+//! The verification builds use `debug = false` (they only have to compile) and share `target/`.
+
+use std::io::{BufRead, BufReader};
+use std::process::Stdio;
+use std::time::Instant;
+
+use super::workspace::Crate;
+use super::{Env, Report, git};
+
+/// The check name.
+pub const PACKAGING: &str = "packaging";
+
+/// Packages (and unless `no_verify`, builds from the packages) every crate of `order`.
+pub fn package(env: &Env, order: &[&Crate], no_verify: bool, report: &mut Report) {
+    if order.is_empty() {
+        report.note(PACKAGING, "nothing to package");
+        return;
+    }
+    if git::is_repository(env)
+        && let Ok(dirty) = git::dirty_paths(env)
+        && !dirty.is_empty()
+    {
+        report.note(
+            PACKAGING,
+            format!(
+                "note: {} uncommitted path(s) were packaged as they are on disk; publish from a \
+                 clean checkout",
+                dirty.len()
+            ),
+        );
+    }
+    let mut cmd = env.cargo();
+    cmd.args(["publish", "--dry-run", "--allow-dirty", "--locked"]);
+    if no_verify {
+        cmd.arg("--no-verify");
+    }
+    cmd.args(["--config", "profile.dev.debug=false"]);
+    for krate in order {
+        cmd.args(["--package", &krate.name]);
+    }
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::inherit())
+        .stderr(Stdio::piped());
+    let started = Instant::now();
+    eprintln!("release-check: {}", crate::sys::describe(&cmd));
+    let mut child = match cmd.spawn() {
+        Ok(child) => child,
+        Err(err) => {
+            report.problem(PACKAGING, format!("could not run cargo publish: {err}"));
+            return;
+        }
+    };
+    // Echo cargo's progress and remember which crate it was on and its error lines.
+    let mut current = String::new();
+    let mut errors = Vec::new();
+    if let Some(stderr) = child.stderr.take() {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            eprintln!("{line}");
+            let trimmed = line.trim_start();
+            for step in ["Packaging ", "Verifying ", "Uploading "] {
+                if let Some(rest) = trimmed.strip_prefix(step) {
+                    current = format!("{}{}", step.to_lowercase(), crate_of(rest));
+                }
+            }
+            if trimmed.starts_with("error") {
+                errors.push(trimmed.to_string());
+            }
+        }
+    }
+    let status = match child.wait() {
+        Ok(status) => status,
+        Err(err) => {
+            report.problem(
+                PACKAGING,
+                format!("could not wait for cargo publish: {err}"),
+            );
+            return;
+        }
+    };
+    let names: Vec<&str> = order.iter().map(|c| c.name.as_str()).collect();
+    if status.success() {
+        report.note(
+            PACKAGING,
+            format!(
+                "ok: `cargo publish --dry-run` {} {} in {:.0}s",
+                if no_verify {
+                    "packaged (without building)"
+                } else {
+                    "packaged and built from the packages"
+                },
+                names.join(", "),
+                started.elapsed().as_secs_f64()
+            ),
+        );
+    } else {
+        let first = errors.first().map_or("(no error line)", String::as_str);
+        report.problem(
+            PACKAGING,
+            format!(
+                "`cargo publish --dry-run` failed ({status}) while {}: {first} (cargo's output \
+                 is above)",
+                if current.is_empty() {
+                    "resolving"
+                } else {
+                    current.as_str()
+                }
+            ),
+        );
+    }
+}
+
+/// `onestep-sql v0.1.0 (/path)` → `onestep-sql v0.1.0`.
+fn crate_of(rest: &str) -> &str {
+    rest.split(" (").next().unwrap_or(rest).trim()
+}

@@ -200,6 +200,21 @@ pub(crate) fn schema_error(err: SchemaError) -> ExecutionError {
     }
 }
 
+/// Whether an error is a unique-index violation (a concurrent submit of the same key).
+fn is_unique_violation(err: &ExecutionError) -> bool {
+    match err {
+        ExecutionError::Connector(c) => c
+            .cause
+            .as_deref()
+            .and_then(|cause| cause.downcast_ref::<sqlx::Error>())
+            .is_some_and(|e| matches!(e, sqlx::Error::Database(d) if d.is_unique_violation())),
+        _ => false,
+    }
+}
+
+/// The most rows one claim takes: keeps its statements under every dialect's bind limit.
+pub const MAX_CLAIM_ROWS: usize = 1000;
+
 /// How many times a transaction that failed transiently (deadlock, lock wait timeout,
 /// serialization failure) is run again before the error is reported.
 const TRANSIENT_RETRIES: u32 = 3;
@@ -534,6 +549,7 @@ impl<D: Dialect> SqlExecutionBackend<D> {
             Ok(_) => {
                 let signalled = self.signal_work(&mut tx).await;
                 Self::finish(tx, signalled, op).await?;
+                self.wake_local();
                 row.to_execution()
             }
             Err(err) => {
@@ -568,10 +584,14 @@ impl<D: Dialect> SqlExecutionBackend<D> {
         }
     }
 
-    /// Wakes this process's idle workers, and other processes' through NOTIFY (at most every
-    /// 5 ms per backend, inside the caller's transaction so it is delivered at commit).
-    async fn signal_work(&self, tx: &mut Tx<D>) -> ExecutionResult<()> {
+    /// Wakes this process's idle workers; called after the commit that made work claimable.
+    fn wake_local(&self) {
         self.inner.work.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// Wakes other processes' idle workers through NOTIFY (at most every 5 ms per backend,
+    /// inside the caller's transaction so it is delivered at commit).
+    async fn signal_work(&self, tx: &mut Tx<D>) -> ExecutionResult<()> {
         let Some(notify) = D::notify_sql() else {
             return Ok(());
         };
@@ -920,17 +940,23 @@ impl<D: Dialect> ExecutionBackend for SqlExecutionBackend<D> {
             return Ok(out);
         }
         match retry_transient(|| self.submit_batch(&requests)).await {
-            Ok(out) => Ok(out),
-            Err(err) => {
-                // A concurrent submit took a key between our check and the insert, or the batch
-                // failed as a whole: submit one by one, which resolves each key on its own.
-                tracing::debug!(error = %err, "batched submit failed; submitting one by one");
+            Ok(out) => {
+                self.wake_local();
+                Ok(out)
+            }
+            // A concurrent submit took one of the keys between our check and the insert: the
+            // transaction rolled back, so submitting one by one resolves each key on its own.
+            Err(err) if is_unique_violation(&err) => {
+                tracing::debug!(error = %err, "batched submit raced on a key; submitting one by one");
                 let mut out = Vec::with_capacity(requests.len());
                 for r in requests {
                     out.push(self.submit(r).await);
                 }
                 Ok(out)
             }
+            // Any other failure (including a lost COMMIT reply) leaves the outcome unknown:
+            // report it rather than submitting again, which could duplicate keyless requests.
+            Err(err) => Err(err),
         }
     }
 
@@ -1089,10 +1115,14 @@ impl<D: Dialect> LeasedExecutionBackend for SqlExecutionBackend<D> {
         lease_token: Uuid,
         completion: ExecutionCompletion,
     ) -> ExecutionResult<Execution> {
-        retry_transient(|| {
+        let done = retry_transient(|| {
             self.complete_once(execution_id, attempt_id, lease_token, completion.clone())
         })
-        .await
+        .await?;
+        if done.status == ExecutionStatus::Retrying {
+            self.wake_local();
+        }
+        Ok(done)
     }
 
     async fn complete_many(
@@ -1114,7 +1144,15 @@ impl<D: Dialect> LeasedExecutionBackend for SqlExecutionBackend<D> {
             return Ok(out);
         }
         match retry_transient(|| self.complete_batch(&completions)).await {
-            Ok(out) => Ok(out),
+            Ok(out) => {
+                if out.iter().any(|r| {
+                    r.as_ref()
+                        .is_ok_and(|e| e.status == ExecutionStatus::Retrying)
+                }) {
+                    self.wake_local();
+                }
+                Ok(out)
+            }
             Err(err) => {
                 // The batch failed as a whole: each completion gets its own answer.
                 tracing::debug!(error = %err, "batched completion failed; completing one by one");
@@ -1138,7 +1176,7 @@ impl<D: Dialect> LeasedExecutionBackend for SqlExecutionBackend<D> {
     ) -> ExecutionResult<Execution> {
         let released =
             retry_transient(|| self.release_once(execution_id, attempt_id, lease_token)).await?;
-        self.inner.work.send_modify(|n| *n = n.wrapping_add(1));
+        self.wake_local();
         Ok(released)
     }
 
@@ -1189,14 +1227,34 @@ impl<D: Dialect> SqlExecutionBackend<D> {
             }
             let mut params: Vec<Param> = vec![namespace.into()];
             params.extend(task_names.iter().map(|t| Param::from(t.trim())));
-            params.extend([
-                now.into(),
-                now.into(),
-                i64::try_from(limit).unwrap_or(i64::MAX).into(),
-            ]);
+            params.extend([now.into(), now.into(), i64::try_from(limit.min(MAX_CLAIM_ROWS)).unwrap_or(1000).into()]);
             let rows = D::fetch_executions(&mut tx, &self.claim_sql(task_names.len()), params)
                 .await
                 .map_err(db::<D>(op))?;
+            // A row whose stored values do not decode would fail every claim of its task forever:
+            // fail it (it never started) and claim the rest.
+            let mut rows = rows;
+            let mut poisoned = Vec::new();
+            rows.retain(|r| match r.to_execution() {
+                Ok(_) => true,
+                Err(err) => {
+                    poisoned.push((r.id, err.to_string()));
+                    false
+                }
+            });
+            for (id, why) in poisoned {
+                tracing::error!(execution_id = %id, error = %why, "failing an execution whose stored values cannot be decoded");
+                let mut detail = onestep_core::execution::ExecutionErrorDetail::new("error", "ExecutionEncodingError")?;
+                detail.stage = Some("delivery_action".into());
+                let fail = D::render(&format!(
+                    "UPDATE {} SET status = 'failed', finished_at = ?, updated_at = ?, error = ?, \
+                     version = version + 1 WHERE id = ?",
+                    D::quote(&self.inner.tables.executions)
+                ));
+                D::execute(&mut tx, &fail, vec![now.into(), now.into(), Param::Json(detail.to_json()), id.into()])
+                    .await
+                    .map_err(db::<D>(op))?;
+            }
             let lease_expires_at = later(now, lease_duration);
             if rows.is_empty() {
                 return Ok(Vec::new());

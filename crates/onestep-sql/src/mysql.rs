@@ -67,7 +67,10 @@ fn bind(
 }
 
 fn query(sql: &str, params: Vec<Param>) -> Query<'_, sqlx::MySql, MySqlArguments> {
-    params.into_iter().fold(sqlx::query(sql), bind)
+    let persistent = crate::param::is_stable(sql);
+    params
+        .into_iter()
+        .fold(sqlx::query(sql).persistent(persistent), bind)
 }
 
 fn json(row: &MySqlRow, i: usize) -> Result<Option<Value>, sqlx::Error> {
@@ -346,32 +349,48 @@ impl Dialect for MySql {
             schema::MYSQL_GLOBAL_DDL_LOCK_NAME.to_string(),
             schema::mysql_ddl_lock_name(tables),
         ];
+        // Take the locks in order; whatever happens next, release the ones taken (a lock left
+        // on a pooled session would block every other process's DDL until it is retired).
+        let mut taken: Vec<&String> = Vec::new();
+        let mut outcome = Ok(());
         for lock in &locks {
-            let got: Option<i64> = sqlx::query_scalar("SELECT GET_LOCK(?, ?)")
+            let got: Result<Option<i64>, sqlx::Error> = sqlx::query_scalar("SELECT GET_LOCK(?, ?)")
                 .bind(lock)
                 .bind(i64::from(schema::MYSQL_DDL_LOCK_TIMEOUT_SECS))
                 .fetch_one(&mut *conn)
-                .await
-                .map_err(open)?;
-            if got != Some(1) {
-                return Err(setup_error::<Self>(format!(
-                    "could not take the DDL lock {lock} within {}s",
-                    schema::MYSQL_DDL_LOCK_TIMEOUT_SECS
-                )));
+                .await;
+            match got {
+                Ok(Some(1)) => taken.push(lock),
+                Ok(_) => {
+                    outcome = Err(setup_error::<Self>(format!(
+                        "could not take the DDL lock {lock} within {}s",
+                        schema::MYSQL_DDL_LOCK_TIMEOUT_SECS
+                    )));
+                    break;
+                }
+                Err(e) => {
+                    outcome = Err(open(e));
+                    break;
+                }
             }
         }
-        let mut outcome = Ok(());
-        for statement in ddl {
-            if let Err(e) = sqlx::query(&statement).execute(&mut *conn).await {
-                outcome = Err(open(e));
-                break;
+        if outcome.is_ok() {
+            for statement in ddl {
+                if let Err(e) = sqlx::query(&statement).execute(&mut *conn).await {
+                    outcome = Err(open(e));
+                    break;
+                }
             }
         }
-        for lock in locks.iter().rev() {
-            let _ = sqlx::query("SELECT RELEASE_LOCK(?)")
+        for lock in taken.iter().rev() {
+            let released = sqlx::query("SELECT RELEASE_LOCK(?)")
                 .bind(lock)
                 .execute(&mut *conn)
                 .await;
+            if released.is_err() {
+                // The session may still hold it: do not return this connection to the pool.
+                conn.close_on_drop();
+            }
         }
         outcome
     }

@@ -83,6 +83,15 @@ impl From<Option<OffsetDateTime>> for Param {
     }
 }
 
+/// Whether a statement's text is the same from call to call, so it is worth keeping prepared.
+/// Statements that grow with a batch (`CASE id WHEN …`, multi-row `VALUES`, long `IN` lists)
+/// are not: caching each size would fill the driver's statement cache and, on MySQL, the
+/// server's `max_prepared_stmt_count`.
+pub fn is_stable(sql: &str) -> bool {
+    let placeholders = sql.bytes().filter(|b| *b == b'?' || *b == b'$').count();
+    placeholders <= 24 && !sql.contains("CASE id") && !sql.contains("), (")
+}
+
 /// Rewrites `?` placeholders as `$1`, `$2`, … (PostgreSQL). Statements here never contain a
 /// literal `?`.
 pub fn numbered_placeholders(sql: &str) -> String {

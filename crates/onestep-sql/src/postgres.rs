@@ -61,7 +61,10 @@ fn bind(
 }
 
 fn query(sql: &str, params: Vec<Param>) -> Query<'_, sqlx::Postgres, PgArguments> {
-    params.into_iter().fold(sqlx::query(sql), bind)
+    let persistent = crate::param::is_stable(sql);
+    params
+        .into_iter()
+        .fold(sqlx::query(sql).persistent(persistent), bind)
 }
 
 fn execution(row: &PgRow) -> Result<ExecutionRow, sqlx::Error> {

@@ -88,15 +88,20 @@ fn bind<'q>(
         Param::OptText(v) => q.bind(v),
         Param::Int(v) => q.bind(v),
         Param::BigInt(v) => q.bind(v),
-        Param::Json(v) => q.bind(v.to_string()),
-        Param::OptJson(v) => q.bind(v.map(|v| v.to_string())),
+        // As BLOBs: the JSON columns have NUMERIC affinity, which would turn a top-level `1.0`
+        // into the integer 1 and big integers into floats; BLOBs are stored as given.
+        Param::Json(v) => q.bind(v.to_string().into_bytes()),
+        Param::OptJson(v) => q.bind(v.map(|v| v.to_string().into_bytes())),
         Param::Time(v) => q.bind(format_instant(v)),
         Param::OptTime(v) => q.bind(v.map(format_instant)),
     }
 }
 
 fn query(sql: &str, params: Vec<Param>) -> Query<'_, sqlx::Sqlite, SqliteArguments<'_>> {
-    params.into_iter().fold(sqlx::query(sql), bind)
+    let persistent = crate::param::is_stable(sql);
+    params
+        .into_iter()
+        .fold(sqlx::query(sql).persistent(persistent), bind)
 }
 
 /// JSON columns have NUMERIC affinity, so a scalar document may come back as a number.
@@ -108,6 +113,12 @@ fn json(row: &SqliteRow, i: usize) -> Result<Option<Value>, sqlx::Error> {
     let kind = raw.type_info().name().to_ascii_uppercase();
     match kind.as_str() {
         "INTEGER" => Ok(Some(Value::from(row.try_get::<i64, _>(i)?))),
+        "BLOB" => {
+            let bytes: Vec<u8> = row.try_get(i)?;
+            serde_json::from_slice(&bytes)
+                .map(Some)
+                .map_err(|e| sqlx::Error::Decode(format!("invalid stored JSON: {e}").into()))
+        }
         "REAL" => Ok(Some(Value::from(row.try_get::<f64, _>(i)?))),
         _ => {
             let text: String = row.try_get(i)?;

@@ -23,6 +23,7 @@ macro_rules! execution_conformance {
             submit_rejects_payload_and_metadata_over_their_limits,
             submit_rejects_the_reserved_metadata_key,
             tagged_values_round_trip_through_the_store,
+            top_level_numbers_round_trip_exactly,
             same_idempotency_key_and_digest_returns_the_original_execution,
             same_idempotency_key_with_a_different_submission_conflicts,
             idempotent_resubmit_returns_the_execution_whatever_its_status,

@@ -235,6 +235,16 @@ pub fn validate_claim(
             "must be > 0, got 0",
         ));
     }
+    if lease_duration.as_secs_f64() > crate::clock::MAX_SECONDS {
+        return Err(ExecutionError::invalid(
+            "lease_duration_s",
+            format!(
+                "must be at most {} (100 years), got {}",
+                crate::clock::MAX_SECONDS,
+                lease_duration.as_secs_f64()
+            ),
+        ));
+    }
     super::record::text("worker_id", worker_id, 255)?;
     Ok(())
 }

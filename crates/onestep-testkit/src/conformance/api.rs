@@ -680,3 +680,48 @@ pub async fn client_validates_arguments_before_any_io<F: BackendFactory>(f: &F) 
             .is_empty()
     );
 }
+
+/// Top-level numbers survive the store exactly: floats stay floats, big integers stay integers.
+pub async fn top_level_numbers_round_trip_exactly<F: BackendFactory>(f: &F) {
+    let (b, _) = backend(f).await;
+    for payload in [
+        json!(1.0),
+        json!(12345678901234567890_u64),
+        json!(-0.5),
+        json!(7),
+    ] {
+        let e = b
+            .submit(request("n", payload.clone(), SubmitOptions::default()))
+            .await
+            .unwrap();
+        assert_eq!(b.get(NS, e.id).await.unwrap().unwrap().payload, payload);
+        let lease = claim_one(&b, "n", 30.0).await;
+        let done = complete(
+            &b,
+            &lease,
+            ExecutionCompletion::Succeeded {
+                result: payload.clone(),
+            },
+        )
+        .await
+        .unwrap();
+        assert_eq!(done.result, Some(payload.clone()));
+        let replay = complete(
+            &b,
+            &lease,
+            ExecutionCompletion::Succeeded {
+                result: payload.clone(),
+            },
+        )
+        .await;
+        assert_eq!(
+            replay.unwrap().result,
+            Some(payload.clone()),
+            "a replay of {payload} is recognised"
+        );
+        assert_eq!(
+            b.get(NS, e.id).await.unwrap().unwrap().result,
+            Some(payload)
+        );
+    }
+}

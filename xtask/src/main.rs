@@ -8,9 +8,12 @@
 //! - `cargo xtask lint`: format check, clippy and docs only.
 //! - `cargo xtask release-check [--no-verify] [--no-package]`: whether the workspace can be
 //!   released (see [`release`]); `cargo xtask release-plan`: the ordered plan for a human.
+//! - `cargo xtask bench [--throwaway-servers] [--peers] [--n N]`: the side-by-side benchmark
+//!   (see [`bench`]).
 //! - `cargo xtask deny [CHECKS…]`: cargo-deny (see [`deny`]); `cargo xtask install-tools`
 //!   installs it.
 
+mod bench;
 mod cleanup;
 mod deny;
 mod mariadb;
@@ -41,6 +44,9 @@ commands:
                                       published crate in order (--no-verify: do not build the
                                       packages; --no-package: skip packaging)
   release-plan                        the ordered release plan: crate, old -> new version, why
+  bench [--throwaway-servers] [--peers] [--n N] [--reference-n N] [--concurrency N] [--batch N]
+                                      burn-down benchmark on PostgreSQL, MariaDB and SQLite
+                                      (--peers: also the Python reference and graphile-worker)
   deny [CHECKS]                       cargo deny check (default: licenses bans sources)
   install-tools                       cargo install cargo-deny --locked
   help                                this text
@@ -80,6 +86,7 @@ fn run() -> Result<()> {
             lint()
         }
         "test" => test(options, &rest),
+        "bench" => bench::run(options, &bench::BenchOptions::from_args(&rest)?),
         "release-check" => {
             no_throwaway(&options, &command)?;
             release::check(&release::CheckOptions::from_args(&rest)?)

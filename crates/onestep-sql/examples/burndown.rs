@@ -1,6 +1,7 @@
 //! Burn-down benchmark: submit N executions (an idempotency key on each), then drain them with
 //! one worker (no-op handler returning a small JSON result); prints one JSON line with submit/s,
-//! drained/s and submit→running / submit→succeeded percentiles.
+//! drained/s and submit→running / submit→succeeded percentiles. The run's tables are dropped at
+//! the end. `cargo xtask bench` runs it on every backend, beside the peers.
 //!
 //! `cargo run --release -p onestep-sql --example burndown -- --dsn URL [--n 20000]
 //! [--concurrency 64] [--batch 100] [--submit-batch 0]` (`--submit-batch 0`: one by one).
@@ -73,7 +74,7 @@ async fn run<D: Dialect>(a: Args) -> Result<Value, Box<dyn std::error::Error>> {
         attempts_table: format!("bench{suffix}_attempts"),
         ..BackendOptions::default()
     };
-    let backend = SqlExecutionBackend::<D>::new(&a.dsn, options)?;
+    let backend = SqlExecutionBackend::<D>::new(&a.dsn, options.clone())?;
     backend.open().await?;
     let ns = "bench";
     let started = Instant::now();
@@ -177,8 +178,19 @@ async fn run<D: Dialect>(a: Args) -> Result<Value, Box<dyn std::error::Error>> {
     }
     pickup.sort_by(f64::total_cmp);
     finish.sort_by(f64::total_cmp);
-    let pool = backend.connector().clone();
-    pool.close().await;
+    // Leave nothing behind: drop the run's tables (attempts first; they reference executions).
+    let pool = backend.connector().pool()?;
+    for table in [&options.attempts_table, &options.table] {
+        let mut tx = D::begin(&pool).await?;
+        D::execute(
+            &mut tx,
+            &format!("DROP TABLE {}", D::quote(table)),
+            Vec::new(),
+        )
+        .await?;
+        tx.commit().await?;
+    }
+    backend.connector().close().await;
     Ok(json!({
         "backend": D::NAME,
         "n": a.n,

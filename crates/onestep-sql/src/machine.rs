@@ -650,33 +650,46 @@ impl<D: Dialect> SqlExecutionBackend<D> {
             // sequential submits.
             let mut batch_keys: std::collections::HashMap<(String, String, String), usize> =
                 std::collections::HashMap::new();
-            let keyed: Vec<&ExecutionRequest> = requests
-                .iter()
-                .filter(|r| r.idempotency_key.is_some())
-                .collect();
-            let mut existing: Vec<ExecutionRow> = Vec::new();
-            for chunk in keyed.chunks(CHUNK) {
-                let clause =
-                    vec!["(namespace = ? AND task_name = ? AND idempotency_key = ?)"; chunk.len()]
-                        .join(" OR ");
-                let sql = D::render(&format!(
-                    "SELECT {} FROM {e} WHERE {clause}",
-                    sql::EXECUTION_COLUMNS
-                ));
-                let mut params = Vec::with_capacity(chunk.len() * 3);
-                for r in chunk {
-                    params.extend([
-                        Param::from(r.namespace.clone()),
-                        Param::from(r.task_name.clone()),
-                        Param::from(r.idempotency_key.clone().unwrap_or_default()),
-                    ]);
+            // Existing rows for the batch's keys, read per (namespace, task) with a plain
+            // `idempotency_key IN (…)` list: every dialect plans that in about a millisecond,
+            // where 500 OR-ed (namespace, task, key) triples take PostgreSQL ~60 ms to plan.
+            let mut scopes: std::collections::BTreeMap<(&str, &str), Vec<&str>> =
+                std::collections::BTreeMap::new();
+            for r in requests {
+                if let Some(key) = &r.idempotency_key {
+                    scopes
+                        .entry((r.namespace.as_str(), r.task_name.as_str()))
+                        .or_default()
+                        .push(key.as_str());
                 }
-                existing.extend(
-                    D::fetch_executions(&mut tx, &sql, params)
-                        .await
-                        .map_err(db::<D>(op))?,
-                );
             }
+            let mut existing: Vec<ExecutionRow> = Vec::new();
+            for ((namespace, task_name), keys) in &scopes {
+                for chunk in keys.chunks(CHUNK) {
+                    let marks = vec!["?"; chunk.len()].join(", ");
+                    let sql = D::render(&format!(
+                        "SELECT {} FROM {e} WHERE namespace = ? AND task_name = ? \
+                         AND idempotency_key IN ({marks})",
+                        sql::EXECUTION_COLUMNS
+                    ));
+                    let mut params = Vec::with_capacity(chunk.len() + 2);
+                    params.push(Param::from(namespace.to_string()));
+                    params.push(Param::from(task_name.to_string()));
+                    params.extend(chunk.iter().map(|k| Param::from(k.to_string())));
+                    existing.extend(
+                        D::fetch_executions(&mut tx, &sql, params)
+                            .await
+                            .map_err(db::<D>(op))?,
+                    );
+                }
+            }
+            let existing: std::collections::HashMap<(&str, &str, &str), &ExecutionRow> = existing
+                .iter()
+                .filter_map(|r| {
+                    let key = r.idempotency_key.as_deref()?;
+                    Some(((r.namespace.as_str(), r.task_name.as_str(), key), r))
+                })
+                .collect();
             for (index, request) in requests.iter().enumerate() {
                 let encoded = match encode_submission(request, &self.inner.options.limits) {
                     Ok(encoded) => encoded,
@@ -692,13 +705,8 @@ impl<D: Dialect> SqlExecutionBackend<D> {
                         key.clone(),
                     );
                     let prior = existing
-                        .iter()
-                        .find(|r| {
-                            r.namespace == scope.0
-                                && r.task_name == scope.1
-                                && r.idempotency_key.as_deref() == Some(key.as_str())
-                        })
-                        .cloned()
+                        .get(&(scope.0.as_str(), scope.1.as_str(), key.as_str()))
+                        .map(|r| (*r).clone())
                         .or_else(|| {
                             batch_keys
                                 .get(&scope)

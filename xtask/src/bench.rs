@@ -1,0 +1,379 @@
+//! `cargo xtask bench`: the side-by-side burn-down benchmark (figures in `docs/benchmarks.md`).
+//!
+//! Builds the `burndown` example once in release mode, then on every backend (PostgreSQL, MariaDB,
+//! SQLite) submits `--n` executions (one by one with an idempotency key, then again with
+//! `submit_many` in chunks of 1,000) and drains them with one worker process. With `--peers` it
+//! runs the peer workloads of `bench/peers/run.sh` in the same session, against the same servers:
+//! the Python reference (`onestep` 1.15.0 + `onestep-sql` 0.7.1) on PostgreSQL and MariaDB, and
+//! graphile-worker on PostgreSQL (default settings and batched settings).
+//!
+//! Every run prints one JSON line; the lines are also written to
+//! `target/bench/<unix-seconds>.jsonl`, and a summary table ends the output. The machine is noisy:
+//! compare ratios within one run, not absolute numbers across runs.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, Result, bail};
+use serde_json::Value;
+
+use crate::servers::{Kind, Options, Servers};
+
+/// What `cargo xtask bench` was asked to do.
+#[derive(Debug)]
+pub struct BenchOptions {
+    /// Executions per run of our own workload.
+    pub n: usize,
+    /// Executions per run of the Python reference (it is two orders of magnitude slower).
+    pub reference_n: usize,
+    /// Also run the peers.
+    pub peers: bool,
+    /// Worker concurrency of our runs.
+    pub concurrency: usize,
+    /// Claim batch size of our runs.
+    pub batch: usize,
+}
+
+impl BenchOptions {
+    /// Parses `[--n N] [--reference-n N] [--concurrency N] [--batch N] [--peers]`.
+    pub fn from_args(args: &[String]) -> Result<Self> {
+        let mut options = Self {
+            n: 20_000,
+            reference_n: 2_000,
+            peers: false,
+            concurrency: 64,
+            batch: 100,
+        };
+        let mut it = args.iter();
+        while let Some(flag) = it.next() {
+            let mut number = |name: &str| -> Result<usize> {
+                let value = it
+                    .next()
+                    .with_context(|| format!("{name} needs a value (a positive integer)"))?;
+                match value.parse::<usize>() {
+                    Ok(n) if n > 0 => Ok(n),
+                    _ => bail!("{name}: expected a positive integer, got {value:?}"),
+                }
+            };
+            match flag.as_str() {
+                "--n" => options.n = number("--n")?,
+                "--reference-n" => options.reference_n = number("--reference-n")?,
+                "--concurrency" => options.concurrency = number("--concurrency")?,
+                "--batch" => options.batch = number("--batch")?,
+                "--peers" => options.peers = true,
+                other => bail!(
+                    "`bench`: unknown argument {other:?} (expected --n, --reference-n, \
+                     --concurrency, --batch, --peers)"
+                ),
+            }
+        }
+        Ok(options)
+    }
+}
+
+/// Runs the benchmark with servers from `server_options`, cleaning them up whatever happens.
+pub fn run(server_options: Options, options: &BenchOptions) -> Result<()> {
+    let root = workspace_root();
+    crate::cargo(
+        &[
+            "build",
+            "--release",
+            "-p",
+            "onestep-sql",
+            "--example",
+            "burndown",
+        ],
+        &[],
+    )?;
+    let burndown = target_dir(&root).join("release/examples/burndown");
+    if !burndown.is_file() {
+        bail!(
+            "the burndown example was built but {} is missing",
+            burndown.display()
+        );
+    }
+    if options.peers {
+        check_peer_tools(&root)?;
+    }
+    let servers = Servers::provide(server_options)?;
+    let outcome = run_all(&root, &burndown, &servers, options);
+    let cleaned = servers.finish();
+    let lines = outcome?;
+    cleaned?;
+
+    let out_dir = target_dir(&root).join("bench");
+    std::fs::create_dir_all(&out_dir)
+        .with_context(|| format!("could not create {}", out_dir.display()))?;
+    let stamp = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or_default();
+    let file = out_dir.join(format!("{stamp}.jsonl"));
+    let text: String = lines.iter().map(|line| format!("{line}\n")).collect();
+    std::fs::write(&file, text).with_context(|| format!("could not write {}", file.display()))?;
+    println!("\n{}", summary(&lines));
+    println!("xtask: results in {}", file.display());
+    Ok(())
+}
+
+/// Our runs on every backend, then (optionally) the peers; each result is one JSON object.
+fn run_all(
+    root: &Path,
+    burndown: &Path,
+    servers: &Servers,
+    options: &BenchOptions,
+) -> Result<Vec<Value>> {
+    let url = |kind: Kind| -> Result<String> {
+        servers
+            .env()
+            .iter()
+            .find(|(var, _)| *var == kind.url_var())
+            .map(|(_, url)| url.clone())
+            .with_context(|| format!("no {} server was provided", kind.label()))
+    };
+    let postgres = url(Kind::Postgres)?;
+    let mariadb = url(Kind::Mariadb)?;
+    let sqlite_dir = target_dir(root).join("bench/sqlite");
+    std::fs::create_dir_all(&sqlite_dir)
+        .with_context(|| format!("could not create {}", sqlite_dir.display()))?;
+
+    let mut lines = Vec::new();
+    for submit_batch in [0usize, 1000] {
+        for (label, dsn) in [
+            ("postgres", postgres.clone()),
+            ("mariadb", mariadb.clone()),
+            ("sqlite", String::new()),
+        ] {
+            let sqlite_file = sqlite_dir.join(format!("bench-{submit_batch}.db"));
+            let dsn = if label == "sqlite" {
+                remove_sqlite(&sqlite_file)?;
+                format!("sqlite://{}?mode=rwc", sqlite_file.display())
+            } else {
+                dsn
+            };
+            let mut cmd = Command::new(burndown);
+            cmd.args(["--dsn", &dsn])
+                .args(["--n", &options.n.to_string()])
+                .args(["--concurrency", &options.concurrency.to_string()])
+                .args(["--batch", &options.batch.to_string()])
+                .args(["--submit-batch", &submit_batch.to_string()]);
+            let mut line = json_line(cmd, &format!("onestep on {label}"))?;
+            if let Value::Object(map) = &mut line {
+                map.insert("system".into(), "onestep (Rust)".into());
+                map.insert("server".into(), label.into());
+            }
+            println!("{line}");
+            lines.push(line);
+            if label == "sqlite" {
+                remove_sqlite(&sqlite_file)?;
+            }
+        }
+    }
+    if options.peers {
+        let script = root.join("bench/peers/run.sh");
+        let peer_mariadb = mariadb.replacen("mysql://", "mysql+asyncmy://", 1);
+        let runs = [
+            ("reference", "postgres", options.reference_n, "default"),
+            ("reference", "mariadb", options.reference_n, "default"),
+            ("graphile", "postgres", options.n, "default"),
+            ("graphile", "postgres", options.n, "batch"),
+        ];
+        for (peer, backend, n, mode) in runs {
+            let mut cmd = Command::new("bash");
+            cmd.arg(&script)
+                .args([peer, backend, &n.to_string(), mode])
+                .env("PG_URL", &postgres)
+                .env("MARIADB_URL", &peer_mariadb)
+                // The build is finished and nothing else of ours runs: no need to wait.
+                .env("WAIT_FOR_IDLE", "0");
+            let mut line = json_line(cmd, &format!("{peer} on {backend} ({mode})"))?;
+            if let Value::Object(map) = &mut line {
+                map.insert("system".into(), Value::String(peer_label(peer, mode)));
+                map.insert("server".into(), backend.into());
+            }
+            println!("{line}");
+            lines.push(line);
+        }
+    }
+    Ok(lines)
+}
+
+/// The name a peer run gets in the summary.
+fn peer_label(peer: &str, mode: &str) -> String {
+    match (peer, mode) {
+        ("reference", _) => "onestep (Python reference)".to_string(),
+        ("graphile", "batch") => "graphile-worker (batched)".to_string(),
+        ("graphile", _) => "graphile-worker (default)".to_string(),
+        (other, mode) => format!("{other} ({mode})"),
+    }
+}
+
+/// Runs `cmd` and parses the last line of its standard output as JSON.
+fn json_line(mut cmd: Command, what: &str) -> Result<Value> {
+    eprintln!("xtask: bench: {what}");
+    let output = cmd
+        .output()
+        .with_context(|| format!("could not start the {what} run"))?;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    if !output.status.success() {
+        bail!(
+            "the {what} run failed ({}):\n{}{}",
+            output.status,
+            stdout,
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    let last = stdout
+        .lines()
+        .rev()
+        .find(|line| !line.trim().is_empty())
+        .with_context(|| format!("the {what} run printed nothing"))?;
+    serde_json::from_str(last)
+        .with_context(|| format!("the {what} run printed {last:?}, expected one JSON object"))
+}
+
+/// Fails early, with the fix, when a peer run could not start.
+fn check_peer_tools(root: &Path) -> Result<()> {
+    let venv = root.join(".venv-ref/bin/python");
+    if !venv.is_file() {
+        bail!(
+            "--peers needs the Python reference in .venv-ref: python3 -m venv .venv-ref && \
+             .venv-ref/bin/pip install \"onestep==1.15.0\" \"onestep-sql[postgres,mysql]==0.7.1\""
+        );
+    }
+    if !root
+        .join("bench/peers/node_modules/graphile-worker")
+        .is_dir()
+    {
+        bail!("--peers needs graphile-worker: (cd bench/peers && npm ci)");
+    }
+    for tool in ["node", "psql", "mysql"] {
+        let found = Command::new("sh")
+            .args(["-c", &format!("command -v {tool}")])
+            .output()
+            .map(|o| o.status.success())
+            .unwrap_or(false);
+        if !found {
+            bail!("--peers needs `{tool}` on PATH");
+        }
+    }
+    Ok(())
+}
+
+/// Removes an SQLite database file and its journal files, if present.
+fn remove_sqlite(file: &Path) -> Result<()> {
+    for suffix in ["", "-wal", "-shm", "-journal"] {
+        let path = PathBuf::from(format!("{}{suffix}", file.display()));
+        match std::fs::remove_file(&path) {
+            Ok(()) => {}
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
+            Err(err) => {
+                return Err(err).with_context(|| format!("could not remove {}", path.display()));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A Markdown table of the runs: who, where, how many, submit/s and drained/s.
+fn summary(lines: &[Value]) -> String {
+    let mut out = String::from(
+        "| system | server | submit | n | submitted/s | drained/s | pickup p50 ms |\n\
+         |---|---|---|---:|---:|---:|---:|\n",
+    );
+    for line in lines {
+        let text = |key: &str| line.get(key).and_then(Value::as_str).unwrap_or("?");
+        let number = |key: &str| {
+            line.get(key)
+                .and_then(Value::as_f64)
+                .map(|v| format!("{v:.0}"))
+                .unwrap_or_else(|| "?".to_string())
+        };
+        let submit = match line.get("submit_batch").and_then(Value::as_u64) {
+            Some(0) => "one by one".to_string(),
+            Some(n) => format!("submit_many({n})"),
+            None => line
+                .get("settings")
+                .and_then(|s| s.get("submit"))
+                .and_then(Value::as_str)
+                .unwrap_or("one by one")
+                .to_string(),
+        };
+        let pickup = line
+            .get("pickup_ms")
+            .and_then(|p| p.get("p50"))
+            .and_then(Value::as_f64)
+            .map(|v| format!("{v:.0}"))
+            .unwrap_or_else(|| "–".to_string());
+        out.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {} | {} |\n",
+            text("system"),
+            text("server"),
+            submit,
+            number("n"),
+            number("submit_per_s"),
+            number("drain_per_s"),
+            pickup
+        ));
+    }
+    out
+}
+
+/// The workspace root (xtask lives one level below it).
+fn workspace_root() -> PathBuf {
+    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    manifest.parent().map(Path::to_path_buf).unwrap_or(manifest)
+}
+
+/// The cargo target directory (`CARGO_TARGET_DIR`, else `<root>/target`).
+fn target_dir(root: &Path) -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("target"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn options_default_and_parse() {
+        let o = BenchOptions::from_args(&[]).unwrap();
+        assert_eq!((o.n, o.reference_n, o.peers), (20_000, 2_000, false));
+        let o = BenchOptions::from_args(&args(&["--n", "500", "--peers"])).unwrap();
+        assert_eq!((o.n, o.peers), (500, true));
+    }
+
+    #[test]
+    fn bad_options_name_the_flag() {
+        let err = BenchOptions::from_args(&args(&["--n", "0"])).unwrap_err();
+        assert!(err.to_string().contains("--n"), "{err}");
+        let err = BenchOptions::from_args(&args(&["--batch"])).unwrap_err();
+        assert!(err.to_string().contains("--batch needs a value"), "{err}");
+        let err = BenchOptions::from_args(&args(&["--fast"])).unwrap_err();
+        assert!(err.to_string().contains("unknown argument"), "{err}");
+    }
+
+    #[test]
+    fn summary_lists_ours_and_peers() {
+        let ours = serde_json::json!({"system": "onestep (Rust)", "server": "postgres",
+            "submit_batch": 1000, "n": 20000, "submit_per_s": 30000.0, "drain_per_s": 3000.0,
+            "pickup_ms": {"p50": 12.0}});
+        let peer = serde_json::json!({"system": "graphile-worker (batched)", "server": "postgres",
+            "n": 20000, "submit_per_s": 41030.4, "drain_per_s": 20989.1,
+            "settings": {"submit": "utils.addJobs, chunks of 5000"}});
+        let table = summary(&[ours, peer]);
+        assert!(
+            table.contains(
+                "| onestep (Rust) | postgres | submit_many(1000) | 20000 | 30000 | 3000 | 12 |"
+            ),
+            "{table}"
+        );
+        assert!(table.contains("| graphile-worker (batched) | postgres | utils.addJobs, chunks of 5000 | 20000 | 41030 | 20989 | – |"), "{table}");
+    }
+}

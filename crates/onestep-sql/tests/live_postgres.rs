@@ -122,3 +122,16 @@ async fn a_submit_wakes_an_idle_worker_of_another_backend() {
     handle.request_shutdown();
     serve.await.unwrap().unwrap();
 }
+
+/// Our sessions run with JIT off (it only costs time on queue statements).
+#[tokio::test]
+async fn sessions_run_without_jit() {
+    let url = support::postgres_url();
+    let b = PostgresExecutionBackend::new(&url, live::fresh_options()).unwrap();
+    let pool = b.connector().pool().unwrap();
+    let jit: String = sqlx::query_scalar("SHOW jit")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(jit, "off");
+}

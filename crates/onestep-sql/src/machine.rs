@@ -61,6 +61,12 @@ pub struct BackendOptions {
     /// 250 ms; zero runs it on every claim, as the reference does). Recovery of expired work is
     /// delayed by at most this much, and busy workers do not rescan on every claim.
     pub maintenance_interval: Duration,
+    /// The least time between two sweeps for queued work past its `expires_at` (default 5 s;
+    /// zero sweeps on every maintenance pass). Claims never pick expired work whatever this is;
+    /// it only bounds how long such work still reads as `queued` or `retrying`. The sweep has no
+    /// index of its own (the tables are the reference's), so it reads every waiting row on
+    /// PostgreSQL and SQLite and the whole table on MySQL; hence the slower cadence.
+    pub expiry_sweep_interval: Duration,
 }
 
 impl Default for BackendOptions {
@@ -73,6 +79,7 @@ impl Default for BackendOptions {
             reclaim_batch_size: 100,
             clock: None,
             maintenance_interval: Duration::from_millis(250),
+            expiry_sweep_interval: Duration::from_secs(5),
         }
     }
 }
@@ -141,6 +148,8 @@ struct Inner<D: Dialect> {
     ready: AsyncMutex<bool>,
     opens: AtomicUsize,
     last_maintenance: std::sync::Mutex<Option<std::time::Instant>>,
+    /// When the expiry sweep last ran in this process.
+    last_expiry_sweep: std::sync::Mutex<Option<std::time::Instant>>,
     /// Bumped when work may have become claimable (in this process, or notified by another).
     work: Arc<tokio::sync::watch::Sender<u64>>,
     /// The LISTEN task, started by the first idle worker.
@@ -300,6 +309,7 @@ impl<D: Dialect> SqlExecutionBackend<D> {
                 ready: AsyncMutex::new(false),
                 opens: AtomicUsize::new(0),
                 last_maintenance: std::sync::Mutex::new(None),
+                last_expiry_sweep: std::sync::Mutex::new(None),
                 work: Arc::new(tokio::sync::watch::Sender::new(0)),
                 listener: std::sync::OnceLock::new(),
                 last_notify: std::sync::Mutex::new(None),
@@ -617,12 +627,16 @@ impl<D: Dialect> SqlExecutionBackend<D> {
 
     /// Whether a claim should run maintenance now; marks it done when it should.
     fn maintenance_due(&self) -> bool {
-        let mut last = self
-            .inner
-            .last_maintenance
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        let due = last.is_none_or(|t| t.elapsed() >= self.inner.options.maintenance_interval);
+        Self::due(
+            &self.inner.last_maintenance,
+            self.inner.options.maintenance_interval,
+        )
+    }
+
+    /// Whether `last` is at least `interval` ago (or never); marks it now when it is.
+    fn due(last: &std::sync::Mutex<Option<std::time::Instant>>, interval: Duration) -> bool {
+        let mut last = last.lock().unwrap_or_else(|p| p.into_inner());
+        let due = last.is_none_or(|t| t.elapsed() >= interval);
         if due {
             *last = Some(std::time::Instant::now());
         }
@@ -776,10 +790,24 @@ impl<D: Dialect> SqlExecutionBackend<D> {
         let s = &self.inner.statements;
         let batch = i64::try_from(self.inner.options.reclaim_batch_size).unwrap_or(i64::MAX);
         let op = ConnectorOperation::Fetch;
-        let expiring =
+        let expiring = if Self::due(
+            &self.inner.last_expiry_sweep,
+            self.inner.options.expiry_sweep_interval,
+        ) {
             D::fetch_candidates(tx, &s.expire_candidates, vec![now.into(), batch.into()])
                 .await
-                .map_err(db::<D>(op))?;
+                .map_err(db::<D>(op))?
+        } else {
+            Vec::new()
+        };
+        if expiring.len() as u64 >= batch.max(0) as u64 {
+            // A full batch: there may be more, so sweep again on the next maintenance pass.
+            *self
+                .inner
+                .last_expiry_sweep
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()) = None;
+        }
         for (id, version, _) in expiring {
             D::execute(
                 tx,

@@ -74,6 +74,7 @@ pub fn options(setup: &Setup) -> BackendOptions {
         reclaim_batch_size: setup.reclaim_batch_size,
         clock: Some(Arc::new(setup.clock.clone())),
         maintenance_interval: std::time::Duration::ZERO,
+        expiry_sweep_interval: std::time::Duration::ZERO,
     }
 }
 

@@ -279,9 +279,24 @@ fn remove_sqlite(file: &Path) -> Result<()> {
 /// A Markdown table of the runs: who, where, how many, submit/s and drained/s.
 fn summary(lines: &[Value]) -> String {
     let mut out = String::from(
-        "| system | server | submit | n | submitted/s | drained/s | pickup p50 ms |\n\
-         |---|---|---|---:|---:|---:|---:|\n",
+        "| system | server | submit | n | submitted/s | drained/s | pickup p50 ms | \
+         drained vs reference | drained vs graphile batched |\n\
+         |---|---|---|---:|---:|---:|---:|---:|---:|\n",
     );
+    let drained = |line: &Value| line.get("drain_per_s").and_then(Value::as_f64);
+    let peer_drain = |system: &str, server: &str| {
+        lines
+            .iter()
+            .find(|l| {
+                l.get("system").and_then(Value::as_str) == Some(system)
+                    && l.get("server").and_then(Value::as_str) == Some(server)
+            })
+            .and_then(drained)
+    };
+    let ratio = |ours: Option<f64>, theirs: Option<f64>| match (ours, theirs) {
+        (Some(a), Some(b)) if b > 0.0 => format!("{:.1}×", a / b),
+        _ => "–".to_string(),
+    };
     for line in lines {
         let text = |key: &str| line.get(key).and_then(Value::as_str).unwrap_or("?");
         let number = |key: &str| {
@@ -306,15 +321,32 @@ fn summary(lines: &[Value]) -> String {
             .and_then(Value::as_f64)
             .map(|v| format!("{v:.0}"))
             .unwrap_or_else(|| "–".to_string());
+        let ours = text("system") == "onestep (Rust)";
+        let (vs_reference, vs_graphile) = if ours {
+            (
+                ratio(
+                    drained(line),
+                    peer_drain("onestep (Python reference)", text("server")),
+                ),
+                ratio(
+                    drained(line),
+                    peer_drain("graphile-worker (batched)", text("server")),
+                ),
+            )
+        } else {
+            ("–".to_string(), "–".to_string())
+        };
         out.push_str(&format!(
-            "| {} | {} | {} | {} | {} | {} | {} |\n",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
             text("system"),
             text("server"),
             submit,
             number("n"),
             number("submit_per_s"),
             number("drain_per_s"),
-            pickup
+            pickup,
+            vs_reference,
+            vs_graphile
         ));
     }
     out
@@ -370,10 +402,10 @@ mod tests {
         let table = summary(&[ours, peer]);
         assert!(
             table.contains(
-                "| onestep (Rust) | postgres | submit_many(1000) | 20000 | 30000 | 3000 | 12 |"
+                "| onestep (Rust) | postgres | submit_many(1000) | 20000 | 30000 | 3000 | 12 | – | 0.1× |"
             ),
             "{table}"
         );
-        assert!(table.contains("| graphile-worker (batched) | postgres | utils.addJobs, chunks of 5000 | 20000 | 41030 | 20989 | – |"), "{table}");
+        assert!(table.contains("| graphile-worker (batched) | postgres | utils.addJobs, chunks of 5000 | 20000 | 41030 | 20989 | – | – | – |"), "{table}");
     }
 }

@@ -1,0 +1,81 @@
+// Peer burn-down: graphile-worker (npm) on PostgreSQL.
+// Adapted from /work/shared/bench/graphile_bench.mjs. Changes from the shared script:
+//   * a FRESH worker schema per run (graphile_peerbench_<id>), migrated at start and DROPped at the end
+//     (also on failure), instead of the shared `graphile_worker` schema;
+//   * graphile's own info logging is silenced (warnings/errors go to stderr) and ONE JSON line is printed;
+//   * the drain end is "handler called N times AND the jobs table is empty" (completion = DELETE in graphile,
+//     so an empty table means every completion is committed), exactly as the shared script did.
+// Workload (unchanged): N no-op jobs inserted with utils.addJobs in chunks of 5,000, then drained by ONE
+// runner (run()) in this same process; concurrency 24, pollInterval 1000 ms.
+//   mode "default": graphile defaults (no local queue, completions unbatched).
+//   mode "batch":   preset.worker.localQueue.size = 500, completeJobBatchDelay = 0, failJobBatchDelay = 0.
+// Run: DATABASE_URL=postgres://postgres@127.0.0.1:5432/test node graphile_bench.mjs 20000 [default|batch]
+import { readFileSync } from "node:fs";
+import { createRequire } from "node:module";
+import { run, makeWorkerUtils, Logger } from "graphile-worker";
+
+const require = createRequire(import.meta.url);
+const connectionString = process.env.DATABASE_URL;
+const N = parseInt(process.argv[2] || "20000");
+const mode = process.argv[3] === "batch" ? "batch" : "default";
+const CONCURRENCY = parseInt(process.env.CONCURRENCY || "24");
+const POLL_INTERVAL = parseInt(process.env.POLL_INTERVAL || "1000");
+const schema = `graphile_peerbench_${process.env.BENCH_RUN_ID || `${process.pid}_${Date.now().toString(36)}`}`;
+const loadavg = () => readFileSync("/proc/loadavg", "utf8").split(" ").slice(0, 3).join(" ");
+const logger = new Logger(() => (level, message) => {
+  if (level === "error" || level === "warning") console.error(`[graphile ${level}] ${message}`);
+});
+
+const utils = await makeWorkerUtils({ connectionString, schema, logger });
+let runner = null;
+let result;
+try {
+  await utils.migrate();
+  const loadBefore = loadavg();
+  const t0 = performance.now();
+  const specs = [];
+  for (let i = 0; i < N; i++) specs.push({ identifier: "noop", payload: { i } });
+  for (let i = 0; i < N; i += 5000) await utils.addJobs(specs.slice(i, i + 5000));
+  const t1 = performance.now();
+  const loadAfterSubmit = loadavg();
+
+  let done = 0; let resolveDone; const allDone = new Promise(r => resolveDone = r);
+  const opts = { connectionString, schema, logger, concurrency: CONCURRENCY, noHandleSignals: true,
+    pollInterval: POLL_INTERVAL,
+    taskList: { noop: async (payload) => { if (++done === N) resolveDone(); return { ok: payload.i }; } } };
+  if (mode === "batch") Object.assign(opts, { preset: { worker: { localQueue: { size: 500 }, completeJobBatchDelay: 0, failJobBatchDelay: 0 } } });
+  const t2 = performance.now();
+  runner = await run(opts);
+  await allDone;
+  // wait for completions to flush (completed jobs are deleted)
+  while (true) {
+    const { rows } = await utils.withPgClient(c => c.query(`select count(*)::int n from "${schema}"._private_jobs`));
+    if (rows[0].n === 0) break;
+    await new Promise(r => setTimeout(r, 20));
+  }
+  const t3 = performance.now();
+  const loadAfterDrain = loadavg();
+  await runner.stop(); runner = null;
+  const { rows: [{ v, sc }] } = await utils.withPgClient(c => c.query("select version() v, current_setting('synchronous_commit') sc"));
+  result = {
+    peer: "graphile-worker", backend: "postgres", mode, n: N,
+    submit_per_s: +(N / ((t1 - t0) / 1000)).toFixed(1),
+    drain_per_s: +(N / ((t3 - t2) / 1000)).toFixed(1),
+    submit_s: +((t1 - t0) / 1000).toFixed(3), drain_s: +((t3 - t2) / 1000).toFixed(3),
+    loadavg_before: loadBefore, loadavg_after_submit: loadAfterSubmit, loadavg_after_drain: loadAfterDrain,
+    settings: {
+      "graphile-worker": require("graphile-worker/package.json").version, pg: require("pg/package.json").version,
+      node: process.version, server: v, synchronous_commit: sc,
+      submit: "utils.addJobs, chunks of 5000", concurrency: CONCURRENCY, pollInterval_ms: POLL_INTERVAL,
+      maxPoolSize: 10,
+      localQueue_size: mode === "batch" ? 500 : -1,
+      completeJobBatchDelay_ms: mode === "batch" ? 0 : -1, failJobBatchDelay_ms: mode === "batch" ? 0 : -1,
+      worker_processes: 1, schema: "fresh per run, dropped after",
+    },
+  };
+} finally {
+  if (runner) await runner.stop().catch(() => {});
+  await utils.withPgClient(c => c.query(`drop schema if exists "${schema}" cascade`));
+  await utils.release();
+}
+console.log(JSON.stringify(result));

@@ -2,7 +2,8 @@
 //!
 //! Builds the `burndown` example once in release mode, then on every backend (PostgreSQL, MariaDB,
 //! SQLite) submits `--n` executions (one by one with an idempotency key, then again with
-//! `submit_many` in chunks of 1,000) and drains them with one worker process. With `--peers` it
+//! `submit_many` in chunks of 1,000) and drains them with one worker process; then offers
+//! `--steady-rate` submits per second for `--steady-seconds` to an idle worker, for pickup latency. With `--peers` it
 //! runs the peer workloads of `bench/peers/run.sh` in the same session, against the same servers:
 //! the Python reference (`onestep` 1.15.0 + `onestep-sql` 0.7.1) on PostgreSQL and MariaDB, and
 //! graphile-worker on PostgreSQL (default settings and batched settings).
@@ -33,10 +34,15 @@ pub struct BenchOptions {
     pub concurrency: usize,
     /// Claim batch size of our runs.
     pub batch: usize,
+    /// Offered submits per second of the steady-state runs (pickup latency).
+    pub steady_rate: usize,
+    /// Length of the steady-state runs, in seconds.
+    pub steady_seconds: usize,
 }
 
 impl BenchOptions {
-    /// Parses `[--n N] [--reference-n N] [--concurrency N] [--batch N] [--peers]`.
+    /// Parses `[--n N] [--reference-n N] [--concurrency N] [--batch N] [--steady-rate N]
+    /// [--steady-seconds N] [--peers]`.
     pub fn from_args(args: &[String]) -> Result<Self> {
         let mut options = Self {
             n: 20_000,
@@ -44,6 +50,8 @@ impl BenchOptions {
             peers: false,
             concurrency: 64,
             batch: 100,
+            steady_rate: 1000,
+            steady_seconds: 10,
         };
         let mut it = args.iter();
         while let Some(flag) = it.next() {
@@ -61,10 +69,12 @@ impl BenchOptions {
                 "--reference-n" => options.reference_n = number("--reference-n")?,
                 "--concurrency" => options.concurrency = number("--concurrency")?,
                 "--batch" => options.batch = number("--batch")?,
+                "--steady-rate" => options.steady_rate = number("--steady-rate")?,
+                "--steady-seconds" => options.steady_seconds = number("--steady-seconds")?,
                 "--peers" => options.peers = true,
                 other => bail!(
                     "`bench`: unknown argument {other:?} (expected --n, --reference-n, \
-                     --concurrency, --batch, --peers)"
+                     --concurrency, --batch, --steady-rate, --steady-seconds, --peers)"
                 ),
             }
         }
@@ -139,13 +149,15 @@ fn run_all(
         .with_context(|| format!("could not create {}", sqlite_dir.display()))?;
 
     let mut lines = Vec::new();
-    for submit_batch in [0usize, 1000] {
+    // (submit batch, steady rate): two burn-downs, then the steady-state run.
+    let modes = [(0usize, 0usize), (1000, 0), (0, options.steady_rate)];
+    for (submit_batch, rate) in modes {
         for (label, dsn) in [
             ("postgres", postgres.clone()),
             ("mariadb", mariadb.clone()),
             ("sqlite", String::new()),
         ] {
-            let sqlite_file = sqlite_dir.join(format!("bench-{submit_batch}.db"));
+            let sqlite_file = sqlite_dir.join(format!("bench-{submit_batch}-{rate}.db"));
             let dsn = if label == "sqlite" {
                 remove_sqlite(&sqlite_file)?;
                 format!("sqlite://{}?mode=rwc", sqlite_file.display())
@@ -158,6 +170,10 @@ fn run_all(
                 .args(["--concurrency", &options.concurrency.to_string()])
                 .args(["--batch", &options.batch.to_string()])
                 .args(["--submit-batch", &submit_batch.to_string()]);
+            if rate > 0 {
+                cmd.args(["--rate", &rate.to_string()])
+                    .args(["--seconds", &options.steady_seconds.to_string()]);
+            }
             let mut line = json_line(cmd, &format!("onestep on {label}"))?;
             if let Value::Object(map) = &mut line {
                 map.insert("system".into(), "onestep (Rust)".into());
@@ -305,7 +321,12 @@ fn summary(lines: &[Value]) -> String {
                 .map(|v| format!("{v:.0}"))
                 .unwrap_or_else(|| "?".to_string())
         };
+        let steady = line.get("mode").and_then(Value::as_str) == Some("steady");
         let submit = match line.get("submit_batch").and_then(Value::as_u64) {
+            _ if steady => format!(
+                "steady {}/s",
+                line.get("rate").and_then(Value::as_u64).unwrap_or_default()
+            ),
             Some(0) => "one by one".to_string(),
             Some(n) => format!("submit_many({n})"),
             None => line
@@ -315,14 +336,18 @@ fn summary(lines: &[Value]) -> String {
                 .unwrap_or("one by one")
                 .to_string(),
         };
-        let pickup = line
-            .get("pickup_ms")
-            .and_then(|p| p.get("p50"))
-            .and_then(Value::as_f64)
-            .map(|v| format!("{v:.0}"))
-            .unwrap_or_else(|| "–".to_string());
+        let percentile = |p: &str| {
+            line.get("pickup_ms")
+                .and_then(|l| l.get(p))
+                .and_then(Value::as_f64)
+        };
+        let pickup = match (percentile("p50"), percentile("p99")) {
+            (Some(p50), Some(p99)) if steady => format!("{p50:.1} (p99 {p99:.1})"),
+            (Some(p50), _) => format!("{p50:.0}"),
+            _ => "–".to_string(),
+        };
         let ours = text("system") == "onestep (Rust)";
-        let (vs_reference, vs_graphile) = if ours {
+        let (vs_reference, vs_graphile) = if ours && !steady {
             (
                 ratio(
                     drained(line),
@@ -399,7 +424,12 @@ mod tests {
         let peer = serde_json::json!({"system": "graphile-worker (batched)", "server": "postgres",
             "n": 20000, "submit_per_s": 41030.4, "drain_per_s": 20989.1,
             "settings": {"submit": "utils.addJobs, chunks of 5000"}});
-        let table = summary(&[ours, peer]);
+        let steady = serde_json::json!({"system": "onestep (Rust)", "server": "postgres",
+            "mode": "steady", "rate": 1000, "submit_batch": 0, "n": 10000,
+            "submit_per_s": 1000.0, "drain_per_s": 990.0,
+            "pickup_ms": {"p50": 2.25, "p99": 9.0}});
+        let table = summary(&[ours, peer, steady]);
+        assert!(table.contains("| onestep (Rust) | postgres | steady 1000/s | 10000 | 1000 | 990 | 2.2 (p99 9.0) | – | – |"), "{table}");
         assert!(
             table.contains(
                 "| onestep (Rust) | postgres | submit_many(1000) | 20000 | 30000 | 3000 | 12 | – | 0.1× |"

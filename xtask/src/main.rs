@@ -9,7 +9,7 @@
 //! - `cargo xtask release-check [--no-verify] [--no-package]`: whether the workspace can be
 //!   released (see [`release`]); `cargo xtask release-plan`: the ordered plan for a human.
 //! - `cargo xtask bench [--throwaway-servers] [--peers] [--n N]`: the side-by-side benchmark
-//!   (see [`bench`]).
+//!   (see [`mod@bench`]).
 //! - `cargo xtask deny [CHECKS…]`: cargo-deny (see [`deny`]); `cargo xtask install-tools`
 //!   installs it.
 
@@ -45,6 +45,7 @@ commands:
                                       packages; --no-package: skip packaging)
   release-plan                        the ordered release plan: crate, old -> new version, why
   bench [--throwaway-servers] [--peers] [--n N] [--reference-n N] [--concurrency N] [--batch N]
+        [--steady-rate N] [--steady-seconds N]
                                       burn-down benchmark on PostgreSQL, MariaDB and SQLite
                                       (--peers: also the Python reference and graphile-worker)
   deny [CHECKS]                       cargo deny check (default: licenses bans sources)

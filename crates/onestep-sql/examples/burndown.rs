@@ -5,13 +5,17 @@
 //!
 //! `cargo run --release -p onestep-sql --example burndown -- --dsn URL [--n 20000]
 //! [--concurrency 64] [--batch 100] [--submit-batch 0]` (`--submit-batch 0`: one by one).
+//!
+//! Steady mode (`--rate R [--seconds S]`): the worker starts first and goes idle, then R
+//! executions per second are submitted (in 10 ms ticks) for S seconds; the submit→running
+//! percentiles then measure wake-up latency, not backlog.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use onestep_core::execution::{
     ExecutionBackend, ExecutionQuery, ExecutionRequest, ExecutionSource, ExecutionSourceOptions,
-    ExecutionStatus, SubmitOptions,
+    SubmitOptions,
 };
 use onestep_core::{OneStepApp, Task, TaskContext, TaskError};
 use onestep_sql::{BackendOptions, Dialect, SqlExecutionBackend};
@@ -23,6 +27,10 @@ struct Args {
     concurrency: usize,
     batch: usize,
     submit_batch: usize,
+    /// Steady mode: offered submits per second (0: burn-down).
+    rate: usize,
+    /// Steady mode: for how many seconds.
+    seconds: usize,
 }
 
 fn args() -> Result<Args, String> {
@@ -32,6 +40,8 @@ fn args() -> Result<Args, String> {
         concurrency: 64,
         batch: 100,
         submit_batch: 0,
+        rate: 0,
+        seconds: 10,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -50,6 +60,8 @@ fn args() -> Result<Args, String> {
                     .parse()
                     .map_err(|e| format!("--submit-batch: {e}"))?
             }
+            "--rate" => a.rate = value()?.parse().map_err(|e| format!("--rate: {e}"))?,
+            "--seconds" => a.seconds = value()?.parse().map_err(|e| format!("--seconds: {e}"))?,
             other => return Err(format!("unknown flag {other}")),
         }
     }
@@ -77,36 +89,19 @@ async fn run<D: Dialect>(a: Args) -> Result<Value, Box<dyn std::error::Error>> {
     let backend = SqlExecutionBackend::<D>::new(&a.dsn, options.clone())?;
     backend.open().await?;
     let ns = "bench";
-    let started = Instant::now();
-    if a.submit_batch == 0 {
-        for i in 0..a.n {
-            let r = ExecutionRequest::new(
-                ns,
-                "noop",
-                json!({"i": i}),
-                SubmitOptions::default().idempotency_key(format!("k{i}")),
-            )?;
-            backend.submit(r).await?;
-        }
-    } else {
-        for chunk in (0..a.n).collect::<Vec<_>>().chunks(a.submit_batch) {
-            let requests = chunk
-                .iter()
-                .map(|i| {
-                    ExecutionRequest::new(
-                        ns,
-                        "noop",
-                        json!({"i": i}),
-                        SubmitOptions::default().idempotency_key(format!("k{i}")),
-                    )
-                })
-                .collect::<Result<Vec<_>, _>>()?;
-            for r in backend.submit_many(requests).await? {
-                r?;
-            }
-        }
+    let steady = a.rate > 0;
+    let mut a = a;
+    if steady {
+        a.n = a.rate * a.seconds;
     }
-    let submit_s = started.elapsed().as_secs_f64();
+    let request = move |i: usize| {
+        ExecutionRequest::new(
+            ns,
+            "noop",
+            json!({"i": i}),
+            SubmitOptions::default().idempotency_key(format!("k{i}")),
+        )
+    };
 
     let mut o = ExecutionSourceOptions::new(ns, "noop");
     o.batch_size = a.batch;
@@ -125,16 +120,57 @@ async fn run<D: Dialect>(a: Args) -> Result<Value, Box<dyn std::error::Error>> {
         )
         .build()?;
     let handle = app.handle();
+    let mut app = Some(app);
+    let mut worker = None;
+    if steady {
+        // Start the worker first and let it go idle: pickups then measure wake-ups.
+        let app = app.take().ok_or("app already started")?;
+        worker = Some(tokio::spawn(async move { app.serve().await }));
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+
+    let started = Instant::now();
+    if steady {
+        // 10 ms ticks, rate/100 submits per tick (spread over the tick's remainder), so the
+        // offered rate holds even when a single submit takes longer than 1/rate.
+        let per_tick = a.rate.div_ceil(100);
+        let mut submits = tokio::task::JoinSet::new();
+        let mut tick = tokio::time::interval(Duration::from_millis(10));
+        let mut next = 0;
+        while next < a.n {
+            tick.tick().await;
+            for _ in 0..per_tick.min(a.n - next) {
+                let backend = backend.clone();
+                let r = request(next)?;
+                submits.spawn(async move { backend.submit(r).await.map(|_| ()) });
+                next += 1;
+            }
+        }
+        while let Some(done) = submits.join_next().await {
+            done??;
+        }
+    } else if a.submit_batch == 0 {
+        for i in 0..a.n {
+            backend.submit(request(i)?).await?;
+        }
+    } else {
+        for chunk in (0..a.n).collect::<Vec<_>>().chunks(a.submit_batch) {
+            let requests = chunk
+                .iter()
+                .map(|i| request(*i))
+                .collect::<Result<Vec<_>, _>>()?;
+            for r in backend.submit_many(requests).await? {
+                r?;
+            }
+        }
+    }
+    let submit_s = started.elapsed().as_secs_f64();
+
     let drain_started = Instant::now();
-    let worker = tokio::spawn(async move { app.serve().await });
-    let succeeded = ExecutionQuery {
-        namespace: ns.into(),
-        task_name: None,
-        status: Some(ExecutionStatus::Succeeded),
-        limit: 1,
-        cursor: None,
-    };
-    let _ = &succeeded;
+    if let Some(app) = app.take() {
+        worker = Some(tokio::spawn(async move { app.serve().await }));
+    }
+    let worker = worker.ok_or("the worker never started")?;
     let stats_every = Duration::from_millis(100);
     loop {
         let stats = backend.stats(Some(ns)).await?;
@@ -197,8 +233,11 @@ async fn run<D: Dialect>(a: Args) -> Result<Value, Box<dyn std::error::Error>> {
         "concurrency": a.concurrency,
         "batch": a.batch,
         "submit_batch": a.submit_batch,
+        "mode": if steady { "steady" } else { "burn-down" },
+        "rate": a.rate,
         "submit_per_s": (a.n as f64 / submit_s).round(),
-        "drain_per_s": (a.n as f64 / drain_s).round(),
+        // Steady mode: completions per second over the whole offered period.
+        "drain_per_s": if steady { (a.n as f64 / (submit_s + drain_s)).round() } else { (a.n as f64 / drain_s).round() },
         "pickup_ms": {"p50": percentile(&pickup, 0.5), "p95": percentile(&pickup, 0.95), "p99": percentile(&pickup, 0.99)},
         "succeed_ms": {"p50": percentile(&finish, 0.5), "p95": percentile(&finish, 0.95), "p99": percentile(&finish, 0.99)},
     }))

@@ -10,7 +10,7 @@
 //   mode "default": graphile defaults (no local queue, completions unbatched).
 //   mode "batch":   preset.worker.localQueue.size = 500, completeJobBatchDelay = 0, failJobBatchDelay = 0.
 // Run: DATABASE_URL=postgres://postgres@127.0.0.1:5432/test node graphile_bench.mjs 20000 [default|batch]
-import { readFileSync } from "node:fs";
+import { readFileSync, readdirSync } from "node:fs";
 import { createRequire } from "node:module";
 import { run, makeWorkerUtils, Logger } from "graphile-worker";
 
@@ -22,6 +22,21 @@ const CONCURRENCY = parseInt(process.env.CONCURRENCY || "24");
 const POLL_INTERVAL = parseInt(process.env.POLL_INTERVAL || "1000");
 const schema = `graphile_peerbench_${process.env.BENCH_RUN_ID || `${process.pid}_${Date.now().toString(36)}`}`;
 const loadavg = () => readFileSync("/proc/loadavg", "utf8").split(" ").slice(0, 3).join(" ");
+// CPU seconds (user+sys) used so far by the processes named "postgres" (the DB server, incl. exited backends)
+const CLK_TCK = 100;
+const serverCpuS = () => {
+  let ticks = 0;
+  for (const pid of readdirSync("/proc")) {
+    if (!/^\d+$/.test(pid)) continue;
+    let stat; try { stat = readFileSync(`/proc/${pid}/stat`, "utf8"); } catch { continue; }
+    if (stat.slice(stat.indexOf("(") + 1, stat.lastIndexOf(")")) !== "postgres") continue;
+    const f = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    // utime + stime + cutime + cstime (the postmaster's c-times hold the CPU of backends that exited)
+    ticks += parseInt(f[11]) + parseInt(f[12]) + parseInt(f[13]) + parseInt(f[14]);
+  }
+  return ticks / CLK_TCK;
+};
+const cpuS = () => { const u = process.cpuUsage(); return (u.user + u.system) / 1e6; };
 const logger = new Logger(() => (level, message) => {
   if (level === "error" || level === "warning") console.error(`[graphile ${level}] ${message}`);
 });
@@ -32,11 +47,13 @@ let result;
 try {
   await utils.migrate();
   const loadBefore = loadavg();
+  const c0 = cpuS(), d0 = serverCpuS();
   const t0 = performance.now();
   const specs = [];
   for (let i = 0; i < N; i++) specs.push({ identifier: "noop", payload: { i } });
   for (let i = 0; i < N; i += 5000) await utils.addJobs(specs.slice(i, i + 5000));
   const t1 = performance.now();
+  const c1 = cpuS(), d1 = serverCpuS();
   const loadAfterSubmit = loadavg();
 
   let done = 0; let resolveDone; const allDone = new Promise(r => resolveDone = r);
@@ -44,6 +61,7 @@ try {
     pollInterval: POLL_INTERVAL,
     taskList: { noop: async (payload) => { if (++done === N) resolveDone(); return { ok: payload.i }; } } };
   if (mode === "batch") Object.assign(opts, { preset: { worker: { localQueue: { size: 500 }, completeJobBatchDelay: 0, failJobBatchDelay: 0 } } });
+  const c2 = cpuS(), d2 = serverCpuS();
   const t2 = performance.now();
   runner = await run(opts);
   await allDone;
@@ -54,6 +72,7 @@ try {
     await new Promise(r => setTimeout(r, 20));
   }
   const t3 = performance.now();
+  const c3 = cpuS(), d3 = serverCpuS();
   const loadAfterDrain = loadavg();
   await runner.stop(); runner = null;
   const { rows: [{ v, sc }] } = await utils.withPgClient(c => c.query("select version() v, current_setting('synchronous_commit') sc"));
@@ -62,6 +81,9 @@ try {
     submit_per_s: +(N / ((t1 - t0) / 1000)).toFixed(1),
     drain_per_s: +(N / ((t3 - t2) / 1000)).toFixed(1),
     submit_s: +((t1 - t0) / 1000).toFixed(3), drain_s: +((t3 - t2) / 1000).toFixed(3),
+    // CPU seconds per wall second during each phase: this (client+worker) process, and the DB server
+    submit_cpu: { bench_process: +((c1 - c0) / ((t1 - t0) / 1000)).toFixed(2), db_server: +((d1 - d0) / ((t1 - t0) / 1000)).toFixed(2) },
+    drain_cpu: { bench_process: +((c3 - c2) / ((t3 - t2) / 1000)).toFixed(2), db_server: +((d3 - d2) / ((t3 - t2) / 1000)).toFixed(2) },
     loadavg_before: loadBefore, loadavg_after_submit: loadAfterSubmit, loadavg_after_drain: loadAfterDrain,
     settings: {
       "graphile-worker": require("graphile-worker/package.json").version, pg: require("pg/package.json").version,

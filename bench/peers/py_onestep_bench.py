@@ -46,6 +46,30 @@ else:
     raise SystemExit(f"unknown BACKEND {BACKEND!r}")
 
 
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+SERVER_COMM = ("postgres",) if BACKEND == "postgres" else ("mariadbd", "mysqld")
+
+
+def server_cpu_s() -> float:
+    """CPU seconds (user+sys) used so far by the database server's processes (incl. exited backends)."""
+    total = 0
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        comm = stat[stat.index("(") + 1:stat.rindex(")")]
+        if comm in SERVER_COMM:
+            fields = stat[stat.rindex(")") + 2:].split()
+            # utime + stime, plus cutime + cstime: the postmaster's c-times hold the CPU of backends that
+            # exited during the phase (connection churn), live backends are counted by their own u/stime
+            total += int(fields[11]) + int(fields[12]) + int(fields[13]) + int(fields[14])
+    return total / CLK_TCK
+
+
 def loadavg() -> str:
     with open("/proc/loadavg") as f:
         return " ".join(f.read().split()[:3])
@@ -63,10 +87,12 @@ async def main() -> dict:
     load_before = loadavg()
     try:
         async with client:
+            c0, d0 = time.process_time(), server_cpu_s()
             t0 = time.perf_counter()
             for i in range(N):
                 await client.submit("noop", {"i": i}, idempotency_key=f"k{i}")
             t1 = time.perf_counter()
+            c1, d1 = time.process_time(), server_cpu_s()
             load_after_submit = loadavg()
 
             app = OneStepApp("bench-worker", shutdown_timeout_s=5.0)
@@ -81,6 +107,7 @@ async def main() -> dict:
             async def noop(ctx, payload):
                 return {"ok": payload["i"]}
 
+            c2, d2 = time.process_time(), server_cpu_s()
             t2 = time.perf_counter()
             runner = asyncio.create_task(app.serve())
             async with backend.engine.connect() as conn:
@@ -96,6 +123,7 @@ async def main() -> dict:
                     if done >= N:
                         break
             t3 = time.perf_counter()
+            c3, d3 = time.process_time(), server_cpu_s()
             load_after_drain = loadavg()
             app.request_shutdown()
             try:
@@ -119,6 +147,9 @@ async def main() -> dict:
         "submit_s": round(t1 - t0, 3),
         "drain_s": round(t3 - t2, 3),
         "attempt_rows": attempts,
+        # CPU seconds per wall second during each phase: this (client+worker) process, and the DB server
+        "submit_cpu": {"bench_process": round((c1 - c0) / (t1 - t0), 2), "db_server": round((d1 - d0) / (t1 - t0), 2)},
+        "drain_cpu": {"bench_process": round((c3 - c2) / (t3 - t2), 2), "db_server": round((d3 - d2) / (t3 - t2), 2)},
         "loadavg_before": load_before,
         "loadavg_after_submit": load_after_submit,
         "loadavg_after_drain": load_after_drain,

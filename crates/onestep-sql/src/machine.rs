@@ -823,17 +823,48 @@ impl<D: Dialect> SqlExecutionBackend<D> {
             .await
             .map_err(db::<D>(op))?;
         }
-        let cancelling = D::fetch_candidates(
+        // Lapsed cancel requests become cancelled; lapsed leases go back to retrying.
+        self.sweep_leases(
             tx,
             &s.cancel_expiry_candidates,
-            vec![now.into(), batch.into()],
+            &s.cancel_expiry,
+            AttemptStatus::Cancelled,
+            now,
+            batch,
         )
-        .await
-        .map_err(db::<D>(op))?;
-        for (id, version, token) in cancelling {
+        .await?;
+        self.sweep_leases(
+            tx,
+            &s.reclaim_candidates,
+            &s.reclaim,
+            AttemptStatus::LeaseLost,
+            now,
+            batch,
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// One lease sweep of maintenance: selects up to `batch` candidates with `candidates`, applies
+    /// `apply` to each (fenced by version and lease token), and ends the attempt holding the token
+    /// with `attempt_status` where `apply` changed the row.
+    async fn sweep_leases(
+        &self,
+        tx: &mut Tx<D>,
+        candidates: &str,
+        apply: &str,
+        attempt_status: AttemptStatus,
+        now: OffsetDateTime,
+        batch: i64,
+    ) -> ExecutionResult<()> {
+        let op = ConnectorOperation::Fetch;
+        let rows = D::fetch_candidates(tx, candidates, vec![now.into(), batch.into()])
+            .await
+            .map_err(db::<D>(op))?;
+        for (id, version, token) in rows {
             let changed = D::execute(
                 tx,
-                &s.cancel_expiry,
+                apply,
                 vec![
                     now.into(),
                     now.into(),
@@ -848,43 +879,9 @@ impl<D: Dialect> SqlExecutionBackend<D> {
             if changed == 1 {
                 D::execute(
                     tx,
-                    &s.finish_attempt_by_token,
+                    &self.inner.statements.finish_attempt_by_token,
                     vec![
-                        AttemptStatus::Cancelled.as_str().into(),
-                        now.into(),
-                        id.into(),
-                        token.into(),
-                    ],
-                )
-                .await
-                .map_err(db::<D>(op))?;
-            }
-        }
-        let reclaiming =
-            D::fetch_candidates(tx, &s.reclaim_candidates, vec![now.into(), batch.into()])
-                .await
-                .map_err(db::<D>(op))?;
-        for (id, version, token) in reclaiming {
-            let changed = D::execute(
-                tx,
-                &s.reclaim,
-                vec![
-                    now.into(),
-                    now.into(),
-                    id.into(),
-                    version.into(),
-                    token.into(),
-                    now.into(),
-                ],
-            )
-            .await
-            .map_err(db::<D>(op))?;
-            if changed == 1 {
-                D::execute(
-                    tx,
-                    &s.finish_attempt_by_token,
-                    vec![
-                        AttemptStatus::LeaseLost.as_str().into(),
+                        attempt_status.as_str().into(),
                         now.into(),
                         id.into(),
                         token.into(),

@@ -8,12 +8,14 @@ use std::time::Duration;
 use async_trait::async_trait;
 use onestep_core::ConnectorOperation;
 use onestep_core::clock::SharedClock;
-use onestep_core::execution::backend::validate_claim;
-use onestep_core::execution::cursor::{decode_cursor, encode_cursor};
+use onestep_core::execution::backend::{validate_cancel_reason, validate_claim};
+use onestep_core::execution::cursor::decode_cursor;
 use onestep_core::execution::state::{
     attempt_status_for, cancel_target, cancel_wins, completion_sources, is_replay,
 };
-use onestep_core::execution::stored::{AttemptRow, ExecutionRow, encode_result, encode_submission};
+use onestep_core::execution::stored::{
+    AttemptRow, ExecutionRow, encode_result, encode_submission, page_of,
+};
 use onestep_core::execution::{
     AttemptStatus, Execution, ExecutionBackend, ExecutionCompletion, ExecutionError,
     ExecutionLease, ExecutionLimits, ExecutionPage, ExecutionQuery, ExecutionRequest,
@@ -1041,19 +1043,7 @@ impl<D: Dialect> ExecutionBackend for SqlExecutionBackend<D> {
             .await
             .map_err(db::<D>(op))?;
         Self::commit(tx, op).await?;
-        let limit = query.limit as usize;
-        let more = rows.len() > limit;
-        let items = rows
-            .iter()
-            .take(limit)
-            .map(ExecutionRow::to_execution)
-            .collect::<ExecutionResult<Vec<_>>>()?;
-        let next_cursor = if more {
-            items.last().map(|e| encode_cursor(e.created_at, e.id))
-        } else {
-            None
-        };
-        Ok(ExecutionPage { items, next_cursor })
+        page_of(rows, query.limit as usize)
     }
 
     async fn request_cancel(
@@ -1062,14 +1052,7 @@ impl<D: Dialect> ExecutionBackend for SqlExecutionBackend<D> {
         id: Uuid,
         reason: Option<&str>,
     ) -> ExecutionResult<Option<Execution>> {
-        if let Some(reason) = reason
-            && reason.chars().count() > 500
-        {
-            return Err(ExecutionError::invalid(
-                "reason",
-                "must be at most 500 characters",
-            ));
-        }
+        validate_cancel_reason(reason)?;
         let op = ConnectorOperation::Send;
         let mut tx = self.begin(op).await?;
         let out: ExecutionResult<_> = async {

@@ -8,7 +8,7 @@ use serde_json::Value;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-use super::error::ExecutionResult;
+use super::error::{ExecutionError, ExecutionResult};
 use super::record::{
     Execution, ExecutionCompletion, ExecutionLease, ExecutionPage, ExecutionQuery,
     ExecutionRequest, HeartbeatResult,
@@ -200,6 +200,18 @@ pub trait LeasedExecutionBackend: ExecutionBackend {
         }
         Ok(out)
     }
+}
+
+/// Checks a cancel reason's length as a backend receives it (at most 500 characters), before any
+/// I/O; the client also strips it and treats blank as none (see `normalize_reason`).
+pub fn validate_cancel_reason(reason: Option<&str>) -> ExecutionResult<()> {
+    if reason.is_some_and(|r| r.chars().count() > 500) {
+        return Err(ExecutionError::invalid(
+            "reason",
+            "must be at most 500 characters",
+        ));
+    }
+    Ok(())
 }
 
 /// Checks claim arguments as the reference does, before any I/O.

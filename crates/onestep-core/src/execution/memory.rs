@@ -11,8 +11,10 @@ use time::OffsetDateTime;
 use tokio::sync::watch;
 use uuid::Uuid;
 
-use super::backend::{ExecutionBackend, LeasedExecutionBackend, validate_claim};
-use super::cursor::{decode_cursor, encode_cursor};
+use super::backend::{
+    ExecutionBackend, LeasedExecutionBackend, validate_cancel_reason, validate_claim,
+};
+use super::cursor::decode_cursor;
 use super::error::{ExecutionError, ExecutionResult};
 use super::record::{
     Execution, ExecutionCompletion, ExecutionLease, ExecutionLimits, ExecutionPage, ExecutionQuery,
@@ -20,7 +22,7 @@ use super::record::{
 };
 use super::state::{attempt_status_for, cancel_target, cancel_wins, completion_sources, is_replay};
 use super::status::{AttemptStatus, ExecutionStatus};
-use super::stored::{AttemptRow, ExecutionRow, encode_result, encode_submission};
+use super::stored::{AttemptRow, ExecutionRow, encode_result, encode_submission, page_of};
 use crate::clock::{SharedClock, SystemClock};
 
 #[derive(Default)]
@@ -320,19 +322,7 @@ impl ExecutionBackend for MemoryExecutionBackend {
             .filter(|r| after.is_none_or(|(c, i)| (r.created_at, r.id) < (c, i)))
             .collect();
         rows.sort_by_key(|r| std::cmp::Reverse((r.created_at, r.id)));
-        let limit = query.limit as usize;
-        let more = rows.len() > limit;
-        let items = rows
-            .into_iter()
-            .take(limit)
-            .map(ExecutionRow::to_execution)
-            .collect::<ExecutionResult<Vec<_>>>()?;
-        let next_cursor = if more {
-            items.last().map(|e| encode_cursor(e.created_at, e.id))
-        } else {
-            None
-        };
-        Ok(ExecutionPage { items, next_cursor })
+        page_of(rows, query.limit as usize)
     }
 
     async fn request_cancel(
@@ -341,14 +331,7 @@ impl ExecutionBackend for MemoryExecutionBackend {
         id: Uuid,
         reason: Option<&str>,
     ) -> ExecutionResult<Option<Execution>> {
-        if let Some(reason) = reason
-            && reason.chars().count() > 500
-        {
-            return Err(ExecutionError::invalid(
-                "reason",
-                "must be at most 500 characters",
-            ));
-        }
+        validate_cancel_reason(reason)?;
         let now = self.now();
         let mut tables = self.lock();
         let Some(row) = tables

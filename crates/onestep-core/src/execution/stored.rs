@@ -7,9 +7,12 @@ use uuid::Uuid;
 
 use super::canonical::canonical_size;
 use super::codec::{decode_value, encode_value};
+use super::cursor::encode_cursor;
 use super::digest::{OriginalIso, submission_digest};
 use super::error::{ExecutionError, ExecutionResult};
-use super::record::{Execution, ExecutionErrorDetail, ExecutionLimits, ExecutionRequest};
+use super::record::{
+    Execution, ExecutionErrorDetail, ExecutionLimits, ExecutionPage, ExecutionRequest,
+};
 use super::status::{AttemptStatus, ExecutionStatus};
 
 /// The metadata key the runtime adds for workers; submissions may not use it.
@@ -130,6 +133,27 @@ pub struct ExecutionRow {
     pub finished_at: Option<OffsetDateTime>,
     /// Change counter.
     pub version: i64,
+}
+
+/// A list page from rows fetched newest first with one row more than `limit`: the first `limit`
+/// rows become the items, and the extra row (when present) means there is a next page, whose
+/// cursor is the last item's `(created_at, id)`.
+pub fn page_of<R: std::borrow::Borrow<ExecutionRow>>(
+    rows: Vec<R>,
+    limit: usize,
+) -> ExecutionResult<ExecutionPage> {
+    let more = rows.len() > limit;
+    let items = rows
+        .iter()
+        .take(limit)
+        .map(|r| r.borrow().to_execution())
+        .collect::<ExecutionResult<Vec<_>>>()?;
+    let next_cursor = if more {
+        items.last().map(|e| encode_cursor(e.created_at, e.id))
+    } else {
+        None
+    };
+    Ok(ExecutionPage { items, next_cursor })
 }
 
 impl ExecutionRow {

@@ -21,6 +21,49 @@ use super::{Env, Report, git};
 /// The check name.
 pub const PACKAGING: &str = "packaging";
 
+/// Removes earlier unpacked copies of our crates from cargo's temporary local registries.
+///
+/// Cargo unpacks the overlay registry's `.crate` files under
+/// `$CARGO_HOME/registry/src/<hash of the registry path>/<name>-<version>/` and does not unpack
+/// again when that directory exists. The registry path is `target/package/…` of the checkout, so
+/// a later check from a checkout at the same path (CI clones to the same place) would build
+/// against the *previous* run's sources of an unreleased version, e.g. a dependent crate would
+/// not see a function just added to `onestep-core`. Only directories of local registries (their
+/// names start with `-`; crates.io's start with `index.`) and only our crates' current versions
+/// are removed; cargo unpacks them again from the fresh packages.
+fn clear_stale_overlay_sources(order: &[&Crate], report: &mut Report) {
+    let home = std::env::var_os("CARGO_HOME")
+        .map(std::path::PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| std::path::Path::new(&h).join(".cargo")));
+    let Some(src) = home.map(|h| h.join("registry/src")) else {
+        return;
+    };
+    let Ok(registries) = std::fs::read_dir(&src) else {
+        return;
+    };
+    for registry in registries.flatten() {
+        if !registry.file_name().to_string_lossy().starts_with('-') {
+            continue;
+        }
+        for krate in order {
+            let stale = registry
+                .path()
+                .join(format!("{}-{}", krate.name, krate.version));
+            if stale.is_dir()
+                && let Err(err) = std::fs::remove_dir_all(&stale)
+            {
+                report.problem(
+                    PACKAGING,
+                    format!(
+                        "could not remove the stale unpacked package {}: {err}",
+                        stale.display()
+                    ),
+                );
+            }
+        }
+    }
+}
+
 /// Packages (and unless `no_verify`, builds from the packages) every crate of `order`.
 pub fn package(env: &Env, order: &[&Crate], no_verify: bool, report: &mut Report) {
     if order.is_empty() {
@@ -40,6 +83,7 @@ pub fn package(env: &Env, order: &[&Crate], no_verify: bool, report: &mut Report
             ),
         );
     }
+    clear_stale_overlay_sources(order, report);
     let mut cmd = env.cargo();
     cmd.args(["publish", "--dry-run", "--allow-dirty", "--locked"]);
     if no_verify {

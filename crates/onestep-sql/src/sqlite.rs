@@ -230,7 +230,20 @@ impl Dialect for Sqlite {
     async fn begin(
         pool: &sqlx::Pool<sqlx::Sqlite>,
     ) -> Result<Transaction<'static, sqlx::Sqlite>, sqlx::Error> {
-        pool.begin_with("BEGIN IMMEDIATE").await
+        // A transaction dropped mid-flight (its future cancelled) leaves its connection with a
+        // queued ROLLBACK; sqlx can hand that connection out again before the rollback ran, and
+        // then refuses to begin ("at non-zero transaction depth"). Such a connection is only
+        // late, not broken: try again shortly, on whatever connection the pool gives.
+        let mut tries = 0;
+        loop {
+            match pool.begin_with("BEGIN IMMEDIATE").await {
+                Err(err) if tries < 3 && err.to_string().contains("non-zero transaction depth") => {
+                    tries += 1;
+                    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+                }
+                other => return other,
+            }
+        }
     }
 
     async fn execute(

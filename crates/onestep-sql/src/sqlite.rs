@@ -17,7 +17,7 @@ use sqlx::query::Query;
 use sqlx::sqlite::{
     SqliteArguments, SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow,
 };
-use sqlx::{Row, Transaction, TypeInfo, ValueRef};
+use sqlx::{Row, Transaction, TransactionManager, TypeInfo, ValueRef};
 use time::format_description::FormatItem;
 use time::macros::format_description;
 use time::{OffsetDateTime, PrimitiveDateTime, UtcOffset};
@@ -230,20 +230,29 @@ impl Dialect for Sqlite {
     async fn begin(
         pool: &sqlx::Pool<sqlx::Sqlite>,
     ) -> Result<Transaction<'static, sqlx::Sqlite>, sqlx::Error> {
-        // A transaction dropped mid-flight (its future cancelled) leaves its connection with a
-        // queued ROLLBACK; sqlx can hand that connection out again before the rollback ran, and
-        // then refuses to begin ("at non-zero transaction depth"). Such a connection is only
-        // late, not broken: try again shortly, on whatever connection the pool gives.
-        let mut tries = 0;
-        loop {
-            match pool.begin_with("BEGIN IMMEDIATE").await {
-                Err(err) if tries < 3 && err.to_string().contains("non-zero transaction depth") => {
-                    tries += 1;
-                    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-                }
-                other => return other,
+        // sqlx 0.8's SQLite begin has a cancellation window: once BEGIN IMMEDIATE ran, it awaits
+        // the connection handle before the `Transaction` exists. A caller dropped there (a
+        // heartbeat aborted, a handler cancelled) returns the connection to the pool *inside*
+        // the transaction: idle, it holds the database's write lock, so every other writer in
+        // every process sees "database is locked", and the next begin on it fails "at non-zero
+        // transaction depth". So the begin runs in a task of its own, which finishes even when
+        // the caller is gone (the finished transaction is then dropped, which rolls it back),
+        // and a connection found inside a transaction is rolled back before use.
+        let pool = pool.clone();
+        tokio::spawn(async move {
+            let mut conn = pool.acquire().await?;
+            if <sqlx::Sqlite as sqlx::Database>::TransactionManager::get_transaction_depth(&conn)
+                > 0
+            {
+                tracing::warn!("rolling back a pooled SQLite connection left inside a transaction");
+                <sqlx::Sqlite as sqlx::Database>::TransactionManager::rollback(&mut conn).await?;
             }
-        }
+            Transaction::begin(conn, Some("BEGIN IMMEDIATE".into())).await
+        })
+        .await
+        .map_err(|err| {
+            sqlx::Error::Io(std::io::Error::other(format!("begin task failed: {err}")))
+        })?
     }
 
     async fn execute(

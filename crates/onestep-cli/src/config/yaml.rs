@@ -3,6 +3,7 @@
 use std::collections::HashMap;
 
 use saphyr::{LoadableYamlNode, MarkedYamlOwned, ScalarOwned, YamlDataOwned};
+use saphyr_parser::{Event, Parser};
 use serde_json::{Map, Number, Value};
 
 /// Where each node of a document is: YAML path (`tasks[0].retry`) → 1-based (line, column).
@@ -37,8 +38,14 @@ pub struct YamlError {
     pub message: String,
 }
 
+/// The deepest nesting of collections accepted. saphyr limits flow collections (`[[[...]]]`)
+/// but not block ones, and its loader recurses once per level, so a deeply indented file would
+/// overflow the stack instead of failing.
+pub const MAX_DEPTH: usize = 128;
+
 /// Parses one YAML document into a JSON value and the positions of its nodes.
 pub fn parse(text: &str) -> Result<(Value, Positions), YamlError> {
+    check_depth(text)?;
     let docs = MarkedYamlOwned::load_from_str(text).map_err(|e| YamlError {
         line: e.marker().line(),
         column: e.marker().col() + 1,
@@ -50,6 +57,32 @@ pub fn parse(text: &str) -> Result<(Value, Positions), YamlError> {
     };
     let value = convert(&doc, "", &mut positions)?;
     Ok((value, positions))
+}
+
+/// Rejects documents nested deeper than [`MAX_DEPTH`] using the (iterative) event parser, before
+/// the recursive loader sees them. Scan errors are left to the loader, which reports the same one.
+fn check_depth(text: &str) -> Result<(), YamlError> {
+    let mut depth = 0usize;
+    for event in Parser::new_from_iter(text.chars()) {
+        let Ok((event, span)) = event else {
+            return Ok(());
+        };
+        match event {
+            Event::SequenceStart(..) | Event::MappingStart(..) => {
+                depth += 1;
+                if depth > MAX_DEPTH {
+                    return Err(YamlError {
+                        line: span.start.line(),
+                        column: span.start.col() + 1,
+                        message: format!("collections nested deeper than {MAX_DEPTH} levels"),
+                    });
+                }
+            }
+            Event::SequenceEnd | Event::MappingEnd => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 fn join(parent: &str, key: &str) -> String {
@@ -150,6 +183,19 @@ mod tests {
         let err = parse("a: 1\na: 2\n").unwrap_err();
         assert_eq!(err.line, 2);
         assert!(err.message.contains("duplicate"), "{}", err.message);
+    }
+
+    #[test]
+    fn deep_block_nesting_is_an_error_not_a_stack_overflow() {
+        // Found by tests/fuzz.rs: saphyr's loader recursed once per level and overflowed.
+        let text: String = (0..1_000)
+            .map(|i| format!("{}- \n", " ".repeat(i)))
+            .collect();
+        let err = parse(&text).unwrap_err();
+        assert_eq!(
+            (err.line, err.column, err.message.as_str()),
+            (129, 129, "collections nested deeper than 128 levels")
+        );
     }
 
     #[test]

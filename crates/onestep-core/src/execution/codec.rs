@@ -622,10 +622,18 @@ fn to_offset_date_time(parsed: &PyDateTime) -> Result<time::OffsetDateTime, Stri
 /// non-zero) and `fold` is 0. Nanoseconds beyond the microsecond are
 /// truncated, because Python datetimes cannot hold them.
 ///
-/// Errors when the year is outside Python's `1..=9999`.
+/// Errors when the year is outside Python's `1..=9999` or the UTC offset is
+/// not strictly between -24:00 and +24:00 (`time` allows up to ±25:59:59;
+/// Python's `timezone` and [`decode_value`] do not).
 pub fn datetime_tag(value: time::OffsetDateTime) -> Result<Value, String> {
     if !(1..=9999).contains(&value.year()) {
         return Err(format!("year {} is out of range", value.year()));
+    }
+    if value.offset().whole_hours().abs() >= 24 {
+        return Err(format!(
+            "UTC offset {} is out of range (must be strictly between -24:00 and +24:00)",
+            value.offset()
+        ));
     }
     Ok(new_tag(
         "datetime",
@@ -939,6 +947,23 @@ mod tests {
             encoded[TAG]["value"],
             json!("2024-01-01T00:00:00.123456+00:00")
         );
+    }
+
+    #[test]
+    fn datetime_helper_rejects_offsets_python_cannot_hold() {
+        let at = time::macros::datetime!(1970-01-01 00:00:00 UTC)
+            .to_offset(time::macros::offset!(+24:00));
+        assert_eq!(
+            datetime_tag(at),
+            Err(
+                "UTC offset +24:00:00 is out of range (must be strictly between -24:00 and +24:00)"
+                    .to_owned()
+            )
+        );
+        let edge = time::macros::datetime!(1970-01-01 00:00:00 UTC)
+            .to_offset(time::macros::offset!(-23:59:59));
+        let tag = datetime_tag(edge).expect("in range");
+        assert_eq!(decode_value(&tag), Ok(tag.clone()));
     }
 
     #[test]

@@ -117,13 +117,13 @@ pub fn decode_cursor(cursor: &str) -> Result<(OffsetDateTime, Uuid), CursorError
         .ok()
         .and_then(|seconds| UtcOffset::from_whole_seconds(seconds).ok())
         .ok_or(CursorError::Invalid)?;
+    // Python's astimezone() overflows outside years 1..=9999; `time` panics past 9999 in
+    // `to_offset`, so convert with the checked variant.
     let created_at = time::PrimitiveDateTime::new(date, clock)
         .assume_offset(offset)
-        .to_offset(UtcOffset::UTC);
-    if !(1..=9999).contains(&created_at.year()) {
-        // Python's astimezone() overflows here.
-        return Err(CursorError::Invalid);
-    }
+        .checked_to_offset(UtcOffset::UTC)
+        .filter(|utc| (1..=9999).contains(&utc.year()))
+        .ok_or(CursorError::Invalid)?;
     let id = Uuid::from_u128(py_uuid_from_str(&id).map_err(|_| CursorError::Invalid)?);
     if encode_cursor(created_at, id) != cursor {
         return Err(CursorError::Invalid);
@@ -572,6 +572,15 @@ mod tests {
             decode_cursor(&format!(" {cursor}")),
             Err(CursorError::Invalid)
         );
+    }
+
+    #[test]
+    fn times_that_leave_the_year_range_in_utc_are_invalid() {
+        let id = r#""id":"00000000-0000-0000-0000-000000000000""#;
+        for created_at in ["9999-12-31T20:00:00-04:00", "0001-01-01T00:00:00+01:00"] {
+            let json = format!(r#"{{"v":1,"created_at":"{created_at}",{id}}}"#);
+            assert_eq!(decode_cursor(&b64(&json)), Err(CursorError::Invalid));
+        }
     }
 
     #[test]

@@ -14,8 +14,8 @@
 //! | `GET /openapi.json` | the API description | OpenAPI 3.1 |
 //!
 //! Errors are `{"detail": "…"}`: 400 malformed JSON, 401 unauthorized, 404 unknown id, 409
-//! conflict / not ready / cancelled, 410 expired, 413 body too large, 422 failed / invalid /
-//! unencodable, 503 store unavailable.
+//! conflict / not ready / cancelled, 410 expired, 413 body too large, 415 body not declared as
+//! JSON, 422 failed / invalid / unencodable, 503 store unavailable.
 //!
 //! [`webhook::WebhookSource`] is a task source fed by HTTP requests (its own small server per
 //! host and port, shared by several paths).
@@ -52,20 +52,24 @@ pub mod webhook;
 
 use std::collections::BTreeSet;
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 
 use axum::Router;
-use axum::body::{Body, Bytes};
+use axum::body::{Body, Bytes, HttpBody};
+use axum::extract::path::ErrorKind;
+use axum::extract::rejection::PathRejection;
 use axum::extract::{DefaultBodyLimit, Path, RawQuery, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use onestep_core::execution::{
     ExecutionBackend, ExecutionClient, ExecutionStatus, SubmitOptions, client::parse_id,
+    codec::encode_value,
 };
 use serde_json::{Map, Value, json};
-use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
+use time::{OffsetDateTime, UtcOffset};
 
 pub use error::ApiError;
 pub use view::{execution_view, plain_json};
@@ -80,6 +84,14 @@ pub type MetadataInjector = Arc<dyn Fn(&HeaderMap, &Value) -> Map<String, Value>
 
 /// The default request body limit: the payload limit (1 MiB) plus room for metadata and JSON.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 1_048_576 + 65_536 + 16_384;
+
+/// The deepest nesting of arrays and objects a payload or metadata may have as stored. Stored
+/// values are read back with serde_json (at most 128 levels) and MySQL keeps at most 100, so a
+/// deeper value would be written but could never be read again.
+pub const MAX_STORED_DEPTH: usize = 64;
+
+/// How much of a caller's value an error detail quotes back.
+const QUOTED_CHARS: usize = 64;
 
 struct Shared<B> {
     client: ExecutionClient<B>,
@@ -208,13 +220,137 @@ impl<B> Shared<B> {
     }
 }
 
-async fn read_body(body: Body, limit: usize) -> Result<Bytes, ApiError> {
-    axum::body::to_bytes(body, limit).await.map_err(|_| {
+/// Reads the whole body: 413 as soon as it (or its declared `Content-Length`) exceeds `limit`,
+/// 400 when it breaks off or its framing is broken.
+async fn read_body(mut body: Body, limit: usize) -> Result<Bytes, ApiError> {
+    let too_large = || {
         ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
             format!("request body exceeds {limit} bytes"),
         )
-    })
+    };
+    if body.size_hint().lower() > limit as u64 {
+        return Err(too_large());
+    }
+    let mut data = Vec::new();
+    while let Some(frame) = std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await {
+        let frame = frame.map_err(|e| {
+            ApiError::bad_request(format!("the request body could not be read: {e}"))
+        })?;
+        if let Ok(chunk) = frame.into_data() {
+            if data.len() + chunk.len() > limit {
+                return Err(too_large());
+            }
+            data.extend_from_slice(&chunk);
+        }
+    }
+    Ok(data.into())
+}
+
+/// Accepts a body declared as JSON (`application/json`, `application/…+json`) or not declared
+/// at all (as FastAPI does); anything else is 415.
+fn require_json(headers: &HeaderMap) -> Result<(), ApiError> {
+    let Some(value) = headers.get(header::CONTENT_TYPE) else {
+        return Ok(());
+    };
+    let mime = value
+        .to_str()
+        .unwrap_or_default()
+        .split(';')
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_ascii_lowercase();
+    let json =
+        mime == "application/json" || (mime.starts_with("application/") && mime.ends_with("+json"));
+    if json {
+        Ok(())
+    } else {
+        Err(ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            format!(
+                "Content-Type must be application/json, got {}",
+                quoted(&String::from_utf8_lossy(value.as_bytes()))
+            ),
+        ))
+    }
+}
+
+/// `text` quoted for an error detail, clipped so that a huge value is not echoed back whole.
+fn quoted(text: &str) -> String {
+    let count = text.chars().count();
+    if count <= QUOTED_CHARS {
+        format!("{text:?}")
+    } else {
+        let head: String = text.chars().take(QUOTED_CHARS).collect();
+        format!("{head:?}… ({count} characters)")
+    }
+}
+
+/// The JSON pointer of the first string or key in `value` that holds U+0000, which PostgreSQL
+/// cannot store in `text` or `jsonb` (rejected on every backend, so all behave the same).
+fn nul_at(value: &Value, path: &str) -> Option<String> {
+    let here = || {
+        Some(if path.is_empty() {
+            "/".to_string()
+        } else {
+            path.to_string()
+        })
+    };
+    match value {
+        Value::String(s) if s.contains('\0') => here(),
+        Value::Array(items) => items
+            .iter()
+            .enumerate()
+            .find_map(|(i, v)| nul_at(v, &format!("{path}/{i}"))),
+        Value::Object(map) => map.iter().find_map(|(k, v)| {
+            let inner = format!("{path}/{}", k.replace('~', "~0").replace('/', "~1"));
+            if k.contains('\0') {
+                Some(inner)
+            } else {
+                nul_at(v, &inner)
+            }
+        }),
+        _ => None,
+    }
+}
+
+/// Rejects a text field holding U+0000.
+fn no_nul_text(field: &str, text: &str) -> Result<(), ApiError> {
+    if text.contains('\0') {
+        return Err(ApiError::unprocessable(format!(
+            "{field} must not contain the NUL character (\\u0000)"
+        )));
+    }
+    Ok(())
+}
+
+/// Nesting depth of arrays and objects (a scalar is 0).
+fn depth(value: &Value) -> usize {
+    match value {
+        Value::Array(items) => 1 + items.iter().map(depth).max().unwrap_or(0),
+        Value::Object(map) => 1 + map.values().map(depth).max().unwrap_or(0),
+        _ => 0,
+    }
+}
+
+/// Checks a payload or metadata value: no U+0000 anywhere, and not nested deeper than
+/// [`MAX_STORED_DEPTH`] once encoded (an object with a `"$onestep"` key is stored 3 levels deeper).
+fn check_stored_value(field: &str, value: &Value) -> Result<(), ApiError> {
+    if let Some(at) = nul_at(value, "") {
+        return Err(ApiError::unprocessable(format!(
+            "{field} must not contain the NUL character (\\u0000); found at {at}"
+        )));
+    }
+    // An unencodable value is left to the client, which reports it.
+    let stored = encode_value(value).map_or(0, |v| depth(&v));
+    if stored > MAX_STORED_DEPTH {
+        return Err(ApiError::unprocessable(format!(
+            "{field} is nested {stored} levels deep as stored, more than {MAX_STORED_DEPTH} \
+             (each array or object is a level; a \"$onestep\" key adds 3)"
+        )));
+    }
+    Ok(())
 }
 
 fn parse_json(bytes: &[u8]) -> Result<Value, ApiError> {
@@ -224,9 +360,21 @@ fn parse_json(bytes: &[u8]) -> Result<Value, ApiError> {
         .map_err(|e| ApiError::bad_request(format!("malformed JSON body: {e}")))
 }
 
-fn id_of(raw: &str) -> Result<uuid::Uuid, ApiError> {
-    parse_id(raw)
-        .map_err(|_| ApiError::unprocessable(format!("execution_id must be a UUID, got {raw:?}")))
+fn id_of(path: Result<Path<String>, PathRejection>) -> Result<uuid::Uuid, ApiError> {
+    let raw = match path {
+        Ok(Path(raw)) => raw,
+        Err(PathRejection::FailedToDeserializePathParams(e))
+            if matches!(e.kind(), ErrorKind::InvalidUtf8InPathParam { .. }) =>
+        {
+            return Err(ApiError::unprocessable(
+                "execution_id must be a UUID, got a path segment that is not valid UTF-8",
+            ));
+        }
+        Err(other) => return Err(ApiError::new(other.status(), other.body_text())),
+    };
+    parse_id(&raw).map_err(|_| {
+        ApiError::unprocessable(format!("execution_id must be a UUID, got {}", quoted(&raw)))
+    })
 }
 
 const SUBMIT_FIELDS: [&str; 5] = ["task_name", "payload", "metadata", "delay_s", "expires_at"];
@@ -248,6 +396,11 @@ async fn submit<B: ExecutionBackend + Clone + 'static>(
                 "header Idempotency-Key must be visible ASCII",
             ));
         }
+        Some(Ok(k)) if k.chars().any(|c| c.is_ascii_control()) => {
+            return Err(ApiError::unprocessable(
+                "header Idempotency-Key must be visible ASCII",
+            ));
+        }
         Some(Ok(k)) if k.trim().is_empty() || k.chars().count() > 255 => {
             return Err(ApiError::unprocessable(format!(
                 "header Idempotency-Key must be 1..255 characters, got {}",
@@ -256,6 +409,7 @@ async fn submit<B: ExecutionBackend + Clone + 'static>(
         }
         Some(Ok(k)) => k.trim().to_string(),
     };
+    require_json(&headers)?;
     let body = parse_json(&read_body(body, s.max_body_bytes).await?)?;
     let Value::Object(mut body) = body else {
         return Err(ApiError::unprocessable(
@@ -264,7 +418,8 @@ async fn submit<B: ExecutionBackend + Clone + 'static>(
     };
     if let Some(unknown) = body.keys().find(|k| !SUBMIT_FIELDS.contains(&k.as_str())) {
         return Err(ApiError::unprocessable(format!(
-            "unknown field {unknown:?}; expected {}",
+            "unknown field {}; expected {}",
+            quoted(unknown),
             SUBMIT_FIELDS.join(", ")
         )));
     }
@@ -273,6 +428,7 @@ async fn submit<B: ExecutionBackend + Clone + 'static>(
         Some(_) => return Err(ApiError::unprocessable("task_name must be a string")),
         None => return Err(ApiError::unprocessable("task_name is required")),
     };
+    no_nul_text("task_name", &task)?;
     if s.allowed.as_ref().is_some_and(|a| !a.contains(&task)) {
         return Err(ApiError::unprocessable("unsupported task_name"));
     }
@@ -281,6 +437,7 @@ async fn submit<B: ExecutionBackend + Clone + 'static>(
             "payload is required (use null for none)",
         ));
     };
+    check_stored_value("payload", &payload)?;
     let mut metadata = match body.remove("metadata") {
         None | Some(Value::Null) => Map::new(),
         Some(Value::Object(m)) => m,
@@ -295,6 +452,7 @@ async fn submit<B: ExecutionBackend + Clone + 'static>(
                 .filter(|(k, _)| s.owned_keys.contains(k) || s.owned_keys.is_empty()),
         );
     }
+    check_stored_value("metadata", &Value::Object(metadata.clone()))?;
     let delay_s = match body.remove("delay_s") {
         None | Some(Value::Null) => None,
         Some(Value::Number(n)) => n.as_f64(),
@@ -323,18 +481,30 @@ async fn submit<B: ExecutionBackend + Clone + 'static>(
     Ok((StatusCode::ACCEPTED, axum::Json(execution_view(&execution))).into_response())
 }
 
-/// Parses an ISO 8601 time that must carry an offset.
+/// Parses an ISO 8601 time that must carry an offset and lie in years 1..=9999 in UTC (the
+/// range Python's `datetime` and the stored format cover).
 fn parse_aware(text: &str) -> Result<OffsetDateTime, ApiError> {
-    OffsetDateTime::parse(text, &Rfc3339).map_err(|_| {
+    let parsed = OffsetDateTime::parse(text, &Rfc3339).map_err(|_| {
         let iso = &time::format_description::well_known::Iso8601::DEFAULT;
-        if time::PrimitiveDateTime::parse(text, iso).is_ok() {
+        let offset_given = text
+            .split_once(['T', 't', ' '])
+            .is_some_and(|(_, clock)| clock.contains(['+', '-', 'Z', 'z']));
+        if !offset_given && time::PrimitiveDateTime::parse(text, iso).is_ok() {
             ApiError::unprocessable("expires_at must include a timezone")
         } else {
             ApiError::unprocessable(format!(
-                "expires_at must be an ISO 8601 time with an offset, got {text:?}"
+                "expires_at must be an ISO 8601 time with an offset, got {}",
+                quoted(text)
             ))
         }
-    })
+    })?;
+    match parsed.checked_to_offset(UtcOffset::UTC) {
+        Some(utc) if (1..=9999).contains(&utc.year()) => Ok(parsed),
+        _ => Err(ApiError::unprocessable(format!(
+            "expires_at must be between 0001-01-01 and 9999-12-31 in UTC, got {}",
+            quoted(text)
+        ))),
+    }
 }
 
 async fn list<B: ExecutionBackend + Clone + 'static>(
@@ -349,24 +519,32 @@ async fn list<B: ExecutionBackend + Clone + 'static>(
     let (mut task, mut status, mut limit, mut cursor) = (None, None, 50u32, None);
     for (k, v) in pairs {
         match k.as_str() {
-            "task_name" => task = Some(v),
+            "task_name" => {
+                no_nul_text("task_name", &v)?;
+                task = Some(v)
+            }
             "status" => {
-                status = Some(
-                    v.parse::<ExecutionStatus>()
-                        .map_err(|e| ApiError::unprocessable(e.to_string()))?,
-                )
+                status = Some(v.parse::<ExecutionStatus>().map_err(|_| {
+                    ApiError::unprocessable(format!(
+                        "status must be one of {}; got {}",
+                        ExecutionStatus::ALL.map(|s| s.as_str()).join(", "),
+                        quoted(&v)
+                    ))
+                })?)
             }
             "limit" => {
                 limit = v.parse().map_err(|_| {
                     ApiError::unprocessable(format!(
-                        "limit must be an integer between 1 and 200, got {v:?}"
+                        "limit must be an integer between 1 and 200, got {}",
+                        quoted(&v)
                     ))
                 })?
             }
             "cursor" => cursor = Some(v),
             other => {
                 return Err(ApiError::unprocessable(format!(
-                    "unknown query parameter {other:?}; expected task_name, status, limit, cursor"
+                    "unknown query parameter {}; expected task_name, status, limit, cursor",
+                    quoted(other)
                 )));
             }
         }
@@ -382,10 +560,10 @@ async fn list<B: ExecutionBackend + Clone + 'static>(
 async fn get_one<B: ExecutionBackend + Clone + 'static>(
     State(s): State<Arc<Shared<B>>>,
     headers: HeaderMap,
-    Path(id): Path<String>,
+    id: Result<Path<String>, PathRejection>,
 ) -> Result<Response, ApiError> {
     s.authorize(&headers)?;
-    match s.client.get(id_of(&id)?).await? {
+    match s.client.get(id_of(id)?).await? {
         Some(e) => Ok(axum::Json(execution_view(&e)).into_response()),
         None => Err(ApiError::new(StatusCode::NOT_FOUND, "execution not found")),
     }
@@ -394,25 +572,30 @@ async fn get_one<B: ExecutionBackend + Clone + 'static>(
 async fn cancel<B: ExecutionBackend + Clone + 'static>(
     State(s): State<Arc<Shared<B>>>,
     headers: HeaderMap,
-    Path(id): Path<String>,
+    id: Result<Path<String>, PathRejection>,
     body: Body,
 ) -> Result<Response, ApiError> {
     s.authorize(&headers)?;
-    let id = id_of(&id)?;
+    let id = id_of(id)?;
     let bytes = read_body(body, 16_384).await?;
     let reason = if bytes.iter().all(u8::is_ascii_whitespace) {
         None
     } else {
+        require_json(&headers)?;
         match parse_json(&bytes)? {
             Value::Object(m) => {
                 if let Some(unknown) = m.keys().find(|k| *k != "reason") {
                     return Err(ApiError::unprocessable(format!(
-                        "unknown field {unknown:?}; expected reason"
+                        "unknown field {}; expected reason",
+                        quoted(unknown)
                     )));
                 }
                 match m.get("reason") {
                     None | Some(Value::Null) => None,
-                    Some(Value::String(r)) => Some(r.clone()),
+                    Some(Value::String(r)) => {
+                        no_nul_text("reason", r)?;
+                        Some(r.clone())
+                    }
                     Some(_) => {
                         return Err(ApiError::unprocessable("reason must be a string or null"));
                     }
@@ -434,10 +617,10 @@ async fn cancel<B: ExecutionBackend + Clone + 'static>(
 async fn result<B: ExecutionBackend + Clone + 'static>(
     State(s): State<Arc<Shared<B>>>,
     headers: HeaderMap,
-    Path(id): Path<String>,
+    id: Result<Path<String>, PathRejection>,
 ) -> Result<Response, ApiError> {
     s.authorize(&headers)?;
-    let value: Value = s.client.result(id_of(&id)?).await?;
+    let value: Value = s.client.result(id_of(id)?).await?;
     Ok(axum::Json(json!({"result": plain_json(&value)})).into_response())
 }
 

@@ -158,11 +158,11 @@ Try:
   curl -s http://{addr}/v1/executions/<id>
   curl -s http://{addr}/v1/executions/<id>/result
   # a task that fails once, then succeeds; one that always fails
-  curl -s -X POST http://{addr}/v1/executions -H 'Idempotency-Key: demo-2' -d '{{"task_name": "flaky", "payload": {{}}}}'
-  curl -s -X POST http://{addr}/v1/executions -H 'Idempotency-Key: demo-3' -d '{{"task_name": "always_fails", "payload": {{}}}}'
+  curl -s -X POST http://{addr}/v1/executions -H 'Idempotency-Key: demo-2' -H 'Content-Type: application/json' -d '{{"task_name": "flaky", "payload": {{}}}}'
+  curl -s -X POST http://{addr}/v1/executions -H 'Idempotency-Key: demo-3' -H 'Content-Type: application/json' -d '{{"task_name": "always_fails", "payload": {{}}}}'
   # a long task, then cancel it
-  curl -s -X POST http://{addr}/v1/executions -H 'Idempotency-Key: demo-4' -d '{{"task_name": "sleep", "payload": {{"seconds": 300}}}}'
-  curl -s -X POST http://{addr}/v1/executions/<id>/cancel -d '{{"reason": "changed my mind"}}'
+  curl -s -X POST http://{addr}/v1/executions -H 'Idempotency-Key: demo-4' -H 'Content-Type: application/json' -d '{{"task_name": "sleep", "payload": {{"seconds": 300}}}}'
+  curl -s -X POST http://{addr}/v1/executions/<id>/cancel -H 'Content-Type: application/json' -d '{{"reason": "changed my mind"}}'
   # newest first, two at a time
   curl -s 'http://{addr}/v1/executions?limit=2'
 

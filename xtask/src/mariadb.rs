@@ -154,7 +154,7 @@ pub fn start_throwaway(dir: &Path, root: bool, cleanup: &Cleanup) -> Result<Star
         &admin,
         &format!(
             "CREATE USER '{TEST_USER}'@'%' IDENTIFIED BY '{password}';
-             GRANT ALL PRIVILEGES ON *.* TO '{TEST_USER}'@'%';"
+             GRANT ALL PRIVILEGES ON *.* TO '{TEST_USER}'@'%' WITH GRANT OPTION;"
         ),
     )
     .context("could not create the test user")?;

@@ -196,7 +196,7 @@ pub fn start_throwaway(dir: &Path, root: bool, cleanup: &Cleanup) -> Result<Star
     let password = sys::random_hex(16)?;
     query(
         &admin,
-        &format!("CREATE ROLE {TEST_ROLE} LOGIN CREATEDB PASSWORD '{password}';"),
+        &format!("CREATE ROLE {TEST_ROLE} LOGIN CREATEDB CREATEROLE PASSWORD '{password}';"),
     )
     .context("could not create the test role")?;
     let version = std::fs::read_to_string(data.join("PG_VERSION"))

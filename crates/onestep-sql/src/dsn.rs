@@ -18,10 +18,8 @@ impl Dsn {
             return Err("dsn must be a non-empty string".into());
         }
         let Some((scheme, rest)) = raw.split_once(':') else {
-            return Err(format!(
-                "dsn must start with a scheme such as postgres://, got {}",
-                redact(raw)
-            ));
+            // Not echoed: a value without a scheme may be a bare password.
+            return Err("dsn must start with a scheme such as postgres://".into());
         };
         let (base, driver) = match scheme.split_once('+') {
             Some((base, driver)) => (base, Some(driver)),
@@ -37,6 +35,14 @@ impl Dsn {
                 ));
             }
         };
+        if base != "sqlite" && !rest.starts_with("//") {
+            // Without `//` a driver reads the whole rest, password included, as a path (the
+            // database name), which the server then echoes in its error.
+            return Err(format!(
+                "dsn must look like {base}://user:password@host/database, got {}",
+                redact(raw)
+            ));
+        }
         let url = if base == "sqlite" && driver.is_some() {
             // SQLAlchemy: sqlite:///relative.db, sqlite:////absolute.db
             match rest.strip_prefix("///") {
@@ -69,19 +75,8 @@ impl Dsn {
 /// Replaces the password of a URL (`user:secret@host`) and `password=` query values with `***`.
 pub fn redact(url: &str) -> String {
     let mut out = url.to_string();
-    if let Some(scheme_end) = out.find("://") {
-        let authority_start = scheme_end + 3;
-        let authority_end = out[authority_start..]
-            .find(['/', '?', '#'])
-            .map_or(out.len(), |i| authority_start + i);
-        if let Some(at) = out[authority_start..authority_end].rfind('@') {
-            let userinfo = &out[authority_start..authority_start + at];
-            if let Some(colon) = userinfo.find(':') {
-                let start = authority_start + colon + 1;
-                let end = authority_start + at;
-                out.replace_range(start..end, "***");
-            }
-        }
+    if let Some(span) = password_span(url) {
+        out.replace_range(span, "***");
     }
     let lower = out.to_ascii_lowercase();
     let mut result = String::with_capacity(out.len());
@@ -96,6 +91,42 @@ pub fn redact(url: &str) -> String {
     }
     result.push_str(&out[i..]);
     result
+}
+
+/// Where the password of `url` is: after the user name's `:`, up to the `@` before the host.
+///
+/// Errs on the side of hiding, because malformed DSNs are the ones printed in errors: a password
+/// holding an unencoded `/`, `?`, `#` or `@` (which ends the authority early for a URL parser), a
+/// URL without `//`, and a bare `user:password@host` all count. The price is that a URL with a
+/// port, no user info and an `@` later on (`postgres://h:5432/db?x=a@b`) prints as
+/// `postgres://h:***@b`.
+fn password_span(url: &str) -> Option<std::ops::Range<usize>> {
+    let colon = url.find(':')?;
+    let after = &url[colon + 1..];
+    let slashes = after.len() - after.trim_start_matches('/').len();
+    let start = colon + 1 + slashes;
+    let rest = &url[start..];
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let at = match rest[..authority_end].rfind('@') {
+        Some(at) => at,
+        // `user:pa/ss@host`: the authority seems to end inside the password.
+        None if rest[..authority_end].contains(':')
+            && !url[..colon].eq_ignore_ascii_case("sqlite") =>
+        {
+            let first = authority_end + rest[authority_end..].find('@')?;
+            let host_end = rest[first..]
+                .find(['/', '?', '#'])
+                .map_or(rest.len(), |i| first + i);
+            rest[..host_end].rfind('@')?
+        }
+        None => return None,
+    };
+    match rest[..at].find(':') {
+        Some(c) => Some(start + c + 1..start + at),
+        // `user:password@host` without a scheme: the part before the first `:` is the user.
+        None if slashes == 0 => Some(start..start + at),
+        None => None,
+    }
 }
 
 impl fmt::Debug for Dsn {
@@ -155,6 +186,11 @@ mod tests {
             Dsn::parse("  ").unwrap_err(),
             "dsn must be a non-empty string"
         );
+        assert_eq!(
+            Dsn::parse("postgresql:u:s3cr3t@h/db").unwrap_err(),
+            "dsn must look like postgres://user:password@host/database, got postgresql:u:***@h/db"
+        );
+        assert!(Dsn::parse("mysql+pymysql:/u:s3cr3t@h/db").is_err());
     }
 
     #[test]
@@ -174,5 +210,33 @@ mod tests {
             redact("mysql://root@localhost/test"),
             "mysql://root@localhost/test"
         );
+    }
+
+    #[test]
+    fn passwords_of_malformed_urls_never_print() {
+        for (url, shown) in [
+            ("postgres://u:s3cr3t#x@h/db", "postgres://u:***@h/db"),
+            (
+                "postgres://u:s3/cr3t@h:5432/db",
+                "postgres://u:***@h:5432/db",
+            ),
+            ("mysql://u:s3?cr@3t@h/db?a=b", "mysql://u:***@h/db?a=b"),
+            ("mysql://u:s3cr3t space@h/db", "mysql://u:***@h/db"),
+            ("postgres:u:s3cr3t@h/db", "postgres:u:***@h/db"),
+            ("postgres:/u:s3cr3t@h/db", "postgres:/u:***@h/db"),
+            ("u:s3cr3t@h/db", "u:***@h/db"),
+            ("postgres://u:s3cr3t@[::1/db", "postgres://u:***@[::1/db"),
+        ] {
+            assert_eq!(redact(url), shown, "{url}");
+        }
+        for unchanged in [
+            "postgres://h:5432/db",
+            "postgres://u@h/db?sslmode=require",
+            "sqlite::memory:",
+            "sqlite:///var/lib/a@b:c.db",
+            "sqlite://jobs.db",
+        ] {
+            assert_eq!(redact(unchanged), unchanged);
+        }
     }
 }

@@ -63,5 +63,38 @@ pub(crate) fn setup_error<D: Dialect>(message: String) -> ExecutionError {
     )
 }
 
+/// A failed `auto_create` statement: names the tables and the option, keeps the driver's error
+/// (and its classification) as the cause.
+pub(crate) fn ddl_error<D: Dialect>(
+    tables: &schema::TableNames,
+    err: sqlx::Error,
+) -> ExecutionError {
+    ExecutionError::Connector(
+        ConnectorOperationError::new(
+            D::NAME,
+            ConnectorOperation::Open,
+            D::classify(&err),
+            format!("{}.execution", D::NAME),
+        )
+        .with_cause(DdlError {
+            executions: tables.executions.clone(),
+            attempts: tables.attempts.clone(),
+            source: err,
+        }),
+    )
+}
+
+/// Creating the tables failed; a runtime role without DDL rights needs `auto_create = false`.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "creating the execution tables {executions}, {attempts} failed (auto_create is on; a role \
+     without DDL rights needs auto_create = false and tables created beforehand): {source}"
+)]
+struct DdlError {
+    executions: String,
+    attempts: String,
+    source: sqlx::Error,
+}
+
 /// This crate's version.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -337,7 +337,8 @@ impl Dialect for MySql {
                 Ok(())
             } else {
                 Err(setup_error::<Self>(format!(
-                    "missing execution tables: {}",
+                    "missing execution tables: {} (or invisible to this account, which needs \
+                     SELECT, INSERT and UPDATE on them)",
                     missing.join(", ")
                 )))
             };
@@ -377,7 +378,7 @@ impl Dialect for MySql {
         if outcome.is_ok() {
             for statement in ddl {
                 if let Err(e) = sqlx::query(&statement).execute(&mut *conn).await {
-                    outcome = Err(open(e));
+                    outcome = Err(crate::ddl_error::<Self>(tables, e));
                     break;
                 }
             }

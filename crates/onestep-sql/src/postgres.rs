@@ -248,7 +248,8 @@ impl Dialect for Postgres {
                 Ok(())
             } else {
                 Err(setup_error::<Self>(format!(
-                    "missing execution tables: {}",
+                    "missing execution tables: {} (or invisible to this role, which needs USAGE \
+                     on their schema, and that schema on its search_path)",
                     missing.join(", ")
                 )))
             };
@@ -264,7 +265,7 @@ impl Dialect for Postgres {
             sqlx::query(&statement)
                 .execute(&mut *tx)
                 .await
-                .map_err(open)?;
+                .map_err(|e| crate::ddl_error::<Self>(tables, e))?;
         }
         tx.commit().await.map_err(open)
     }

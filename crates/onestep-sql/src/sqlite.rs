@@ -368,7 +368,7 @@ impl Dialect for Sqlite {
             sqlx::query(&statement)
                 .execute(&mut *tx)
                 .await
-                .map_err(open)?;
+                .map_err(|e| crate::ddl_error::<Self>(tables, e))?;
         }
         tx.commit().await.map_err(open)
     }

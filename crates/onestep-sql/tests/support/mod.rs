@@ -14,6 +14,7 @@ use onestep_sql::{BackendOptions, Dialect, SqlExecutionBackend};
 use onestep_testkit::{BackendFactory, Setup};
 
 pub mod live;
+pub mod privilege;
 
 /// The PostgreSQL URL tests use.
 pub fn postgres_url() -> String {

@@ -2,7 +2,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use time::OffsetDateTime;
+use time::{OffsetDateTime, PrimitiveDateTime, UtcOffset};
 
 /// Something that says what time it is, in UTC.
 ///
@@ -65,6 +65,27 @@ impl Clock for ManualClock {
 /// The longest duration accepted from users, in seconds (100 years). Longer values are rejected
 /// at validation: they would overflow time arithmetic, and no schedule needs them.
 pub const MAX_SECONDS: f64 = 3_155_760_000.0;
+
+/// `t` in UTC, without panicking: an instant whose UTC form lies outside the years `time` can
+/// represent (±9999, reachable only with an extreme offset at the very edge of that range)
+/// saturates to the nearest representable UTC instant, where `to_offset` would panic.
+///
+/// ```
+/// use time::macros::datetime;
+///
+/// let edge = datetime!(9999-12-31 23:59:59 -23:59);
+/// assert_eq!(onestep_core::clock::utc(edge).year(), 9999);
+/// assert_eq!(onestep_core::clock::utc(datetime!(2026-01-01 02:00 +02:00)), datetime!(2026-01-01 00:00 UTC));
+/// ```
+pub fn utc(t: OffsetDateTime) -> OffsetDateTime {
+    t.checked_to_offset(UtcOffset::UTC).unwrap_or_else(|| {
+        if t.offset().is_negative() {
+            PrimitiveDateTime::MAX.assume_utc()
+        } else {
+            PrimitiveDateTime::MIN.assume_utc()
+        }
+    })
+}
 
 /// A shared clock handle.
 pub type SharedClock = Arc<dyn Clock>;

@@ -64,12 +64,12 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use onestep_core::execution::{
-    ExecutionBackend, ExecutionClient, ExecutionStatus, SubmitOptions, client::parse_id,
-    codec::encode_value,
+    ExecutionBackend, ExecutionClient, ExecutionError, ExecutionStatus, SubmitOptions,
+    client::parse_id, stored,
 };
 use serde_json::{Map, Value, json};
+use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
-use time::{OffsetDateTime, UtcOffset};
 
 pub use error::ApiError;
 pub use view::{execution_view, plain_json};
@@ -85,10 +85,9 @@ pub type MetadataInjector = Arc<dyn Fn(&HeaderMap, &Value) -> Map<String, Value>
 /// The default request body limit: the payload limit (1 MiB) plus room for metadata and JSON.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 1_048_576 + 65_536 + 16_384;
 
-/// The deepest nesting of arrays and objects a payload or metadata may have as stored. Stored
-/// values are read back with serde_json (at most 128 levels) and MySQL keeps at most 100, so a
-/// deeper value would be written but could never be read again.
-pub const MAX_STORED_DEPTH: usize = 64;
+/// The deepest nesting of arrays and objects a payload or metadata may have as stored (the
+/// core's limit, which also holds for results).
+pub use onestep_core::execution::stored::MAX_STORED_DEPTH;
 
 /// How much of a caller's value an error detail quotes back.
 const QUOTED_CHARS: usize = 64;
@@ -287,70 +286,20 @@ fn quoted(text: &str) -> String {
     }
 }
 
-/// The JSON pointer of the first string or key in `value` that holds U+0000, which PostgreSQL
-/// cannot store in `text` or `jsonb` (rejected on every backend, so all behave the same).
-fn nul_at(value: &Value, path: &str) -> Option<String> {
-    let here = || {
-        Some(if path.is_empty() {
-            "/".to_string()
-        } else {
-            path.to_string()
-        })
-    };
-    match value {
-        Value::String(s) if s.contains('\0') => here(),
-        Value::Array(items) => items
-            .iter()
-            .enumerate()
-            .find_map(|(i, v)| nul_at(v, &format!("{path}/{i}"))),
-        Value::Object(map) => map.iter().find_map(|(k, v)| {
-            let inner = format!("{path}/{}", k.replace('~', "~0").replace('/', "~1"));
-            if k.contains('\0') {
-                Some(inner)
-            } else {
-                nul_at(v, &inner)
-            }
-        }),
-        _ => None,
-    }
-}
-
-/// Rejects a text field holding U+0000.
+/// Rejects a text field holding U+0000 (the core's rule, checked here so it comes first).
 fn no_nul_text(field: &str, text: &str) -> Result<(), ApiError> {
-    if text.contains('\0') {
-        return Err(ApiError::unprocessable(format!(
-            "{field} must not contain the NUL character (\\u0000)"
-        )));
-    }
-    Ok(())
+    Ok(stored::reject_nul(field, text)?)
 }
 
-/// Nesting depth of arrays and objects (a scalar is 0).
-fn depth(value: &Value) -> usize {
-    match value {
-        Value::Array(items) => 1 + items.iter().map(depth).max().unwrap_or(0),
-        Value::Object(map) => 1 + map.values().map(depth).max().unwrap_or(0),
-        _ => 0,
-    }
-}
-
-/// Checks a payload or metadata value: no U+0000 anywhere, and not nested deeper than
-/// [`MAX_STORED_DEPTH`] once encoded (an object with a `"$onestep"` key is stored 3 levels deeper).
+/// Checks a payload or metadata value with the core's storage rules: no U+0000 anywhere, and not
+/// nested deeper than [`MAX_STORED_DEPTH`] once encoded (an object with a `"$onestep"` key is
+/// stored 3 levels deeper). The client checks again; checking here keeps the API's error order.
 fn check_stored_value(field: &str, value: &Value) -> Result<(), ApiError> {
-    if let Some(at) = nul_at(value, "") {
-        return Err(ApiError::unprocessable(format!(
-            "{field} must not contain the NUL character (\\u0000); found at {at}"
-        )));
+    match stored::encode_storable(field, value) {
+        // An unencodable value is left to the client, which reports it.
+        Ok(_) | Err(ExecutionError::Encoding(_)) => Ok(()),
+        Err(other) => Err(other.into()),
     }
-    // An unencodable value is left to the client, which reports it.
-    let stored = encode_value(value).map_or(0, |v| depth(&v));
-    if stored > MAX_STORED_DEPTH {
-        return Err(ApiError::unprocessable(format!(
-            "{field} is nested {stored} levels deep as stored, more than {MAX_STORED_DEPTH} \
-             (each array or object is a level; a \"$onestep\" key adds 3)"
-        )));
-    }
-    Ok(())
 }
 
 fn parse_json(bytes: &[u8]) -> Result<Value, ApiError> {
@@ -498,9 +447,9 @@ fn parse_aware(text: &str) -> Result<OffsetDateTime, ApiError> {
             ))
         }
     })?;
-    match parsed.checked_to_offset(UtcOffset::UTC) {
-        Some(utc) if (1..=9999).contains(&utc.year()) => Ok(parsed),
-        _ => Err(ApiError::unprocessable(format!(
+    match stored::check_expires_at(parsed) {
+        Ok(_) => Ok(parsed),
+        Err(_) => Err(ApiError::unprocessable(format!(
             "expires_at must be between 0001-01-01 and 9999-12-31 in UTC, got {}",
             quoted(text)
         ))),

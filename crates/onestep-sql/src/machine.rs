@@ -14,7 +14,8 @@ use onestep_core::execution::state::{
     attempt_status_for, cancel_target, cancel_wins, completion_sources, is_replay,
 };
 use onestep_core::execution::stored::{
-    AttemptRow, ExecutionRow, encode_result, encode_submission, page_of,
+    AttemptRow, EncodedSubmission, ExecutionRow, encode_result, encode_submission, page_of,
+    reject_nul,
 };
 use onestep_core::execution::{
     AttemptStatus, Execution, ExecutionBackend, ExecutionCompletion, ExecutionError,
@@ -354,12 +355,12 @@ impl<D: Dialect> SqlExecutionBackend<D> {
         operation: ConnectorOperation,
     ) -> ExecutionResult<OffsetDateTime> {
         if let Some(clock) = &self.inner.options.clock {
-            return Ok(clock.now().to_offset(time::UtcOffset::UTC));
+            return Ok(onestep_core::clock::utc(clock.now()));
         }
         let db_now = D::database_now(tx).await.map_err(db::<D>(operation))?;
-        Ok(db_now
-            .unwrap_or_else(OffsetDateTime::now_utc)
-            .to_offset(time::UtcOffset::UTC))
+        Ok(onestep_core::clock::utc(
+            db_now.unwrap_or_else(OffsetDateTime::now_utc),
+        ))
     }
 
     /// Commits when `out` is a success, rolls back otherwise. Every write path ends here, so a
@@ -418,6 +419,7 @@ impl<D: Dialect> SqlExecutionBackend<D> {
     /// Counts executions by status in `namespace` (all namespaces when `None`), with the oldest
     /// `created_at` of each status: the numbers to alert on.
     pub async fn stats(&self, namespace: Option<&str>) -> ExecutionResult<Vec<StatusCount>> {
+        namespace.map_or(Ok(()), |ns| reject_nul("namespace", ns))?;
         let op = ConnectorOperation::Fetch;
         let mut out = Vec::new();
         let mut tx = self.begin(op).await?;
@@ -467,6 +469,7 @@ impl<D: Dialect> SqlExecutionBackend<D> {
         if batch < 1 {
             return Err(ExecutionError::invalid("batch", "must be >= 1, got 0"));
         }
+        namespace.map_or(Ok(()), |ns| reject_nul("namespace", ns))?;
         let op = ConnectorOperation::Send;
         let (e, a) = (
             D::quote(&self.inner.tables.executions),
@@ -656,6 +659,12 @@ impl<D: Dialect> SqlExecutionBackend<D> {
         const CHUNK: usize = 500;
         let op = ConnectorOperation::Send;
         let e = D::quote(&self.inner.tables.executions);
+        // Encoding validates each request first, so an invalid one (a U+0000 in its key, say)
+        // fails on its own and never reaches a statement.
+        let encoded: Vec<ExecutionResult<EncodedSubmission>> = requests
+            .iter()
+            .map(|r| encode_submission(r, &self.inner.options.limits))
+            .collect();
         let mut tx = self.begin(op).await?;
         let out: ExecutionResult<_> = async {
             let now = self.now(&mut tx, op).await?;
@@ -671,7 +680,7 @@ impl<D: Dialect> SqlExecutionBackend<D> {
             // where 500 OR-ed (namespace, task, key) triples take PostgreSQL ~60 ms to plan.
             let mut scopes: std::collections::BTreeMap<(&str, &str), Vec<&str>> =
                 std::collections::BTreeMap::new();
-            for r in requests {
+            for (r, _) in requests.iter().zip(&encoded).filter(|(_, e)| e.is_ok()) {
                 if let Some(key) = &r.idempotency_key {
                     scopes
                         .entry((r.namespace.as_str(), r.task_name.as_str()))
@@ -706,8 +715,8 @@ impl<D: Dialect> SqlExecutionBackend<D> {
                     Some(((r.namespace.as_str(), r.task_name.as_str(), key), r))
                 })
                 .collect();
-            for (index, request) in requests.iter().enumerate() {
-                let encoded = match encode_submission(request, &self.inner.options.limits) {
+            for (index, (request, encoded)) in requests.iter().zip(encoded).enumerate() {
+                let encoded = match encoded {
                     Ok(encoded) => encoded,
                     Err(err) => {
                         results.push(Some(Err(err)));
@@ -996,6 +1005,10 @@ impl<D: Dialect> ExecutionBackend for SqlExecutionBackend<D> {
     }
 
     async fn get(&self, namespace: &str, id: Uuid) -> ExecutionResult<Option<Execution>> {
+        if namespace.contains('\0') {
+            // No namespace holding U+0000 can be stored (PostgreSQL would refuse the query).
+            return Ok(None);
+        }
         let op = ConnectorOperation::Fetch;
         let mut tx = self.begin(op).await?;
         let row = Self::one(
@@ -1053,6 +1066,9 @@ impl<D: Dialect> ExecutionBackend for SqlExecutionBackend<D> {
         reason: Option<&str>,
     ) -> ExecutionResult<Option<Execution>> {
         validate_cancel_reason(reason)?;
+        if namespace.contains('\0') {
+            return Ok(None);
+        }
         let op = ConnectorOperation::Send;
         let mut tx = self.begin(op).await?;
         let out: ExecutionResult<_> = async {
@@ -1108,6 +1124,7 @@ impl<D: Dialect> LeasedExecutionBackend for SqlExecutionBackend<D> {
         lease_duration: Duration,
         worker_id: &str,
     ) -> ExecutionResult<Vec<ExecutionLease>> {
+        reject_nul("namespace", namespace)?;
         validate_claim(task_names, limit, lease_duration, worker_id)?;
         retry_transient(|| self.claim_once(namespace, task_names, limit, lease_duration, worker_id))
             .await

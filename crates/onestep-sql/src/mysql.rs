@@ -13,7 +13,7 @@ use serde_json::Value;
 use sqlx::mysql::{MySqlArguments, MySqlConnectOptions, MySqlPoolOptions, MySqlRow};
 use sqlx::query::Query;
 use sqlx::{Executor, Row, Transaction};
-use time::{OffsetDateTime, PrimitiveDateTime, UtcOffset};
+use time::{OffsetDateTime, PrimitiveDateTime};
 
 use crate::dialect::{Candidate, Dialect, PoolSettings, classify_common};
 use crate::dsn::Dsn;
@@ -44,7 +44,7 @@ pub fn execution_source(
 }
 
 fn utc(t: OffsetDateTime) -> PrimitiveDateTime {
-    let t = t.to_offset(UtcOffset::UTC);
+    let t = onestep_core::clock::utc(t);
     PrimitiveDateTime::new(t.date(), t.time())
 }
 
@@ -414,9 +414,11 @@ impl Dialect for MySql {
                 ConnectorErrorKind::Disconnected
             }
             1044 | 1045 | 1049 | 1142 | 1227 | 1698 => ConnectorErrorKind::Misconfigured,
-            1046 | 1054 | 1064 | 1146 | 1062 | 1452 | 3819 | 1406 | 1292 | 1366 => {
-                ConnectorErrorKind::Permanent
-            }
+            // 3819 / 4025: a CHECK constraint failed on MySQL / MariaDB (MariaDB checks
+            // `JSON_VALID` on every JSON column); 3140 / 3157: MySQL refused a JSON document as
+            // invalid / too deep. The same write fails again.
+            1046 | 1054 | 1064 | 1146 | 1062 | 1452 | 3819 | 4025 | 3140 | 3157 | 1406 | 1292
+            | 1366 => ConnectorErrorKind::Permanent,
             _ => ConnectorErrorKind::Transient,
         }
     }

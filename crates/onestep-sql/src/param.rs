@@ -23,7 +23,7 @@ pub enum Param {
     Json(Value),
     /// A nullable JSON document.
     OptJson(Option<Value>),
-    /// An instant (bound in UTC).
+    /// An instant (bound in UTC; `From` converts it).
     Time(OffsetDateTime),
     /// A nullable instant.
     OptTime(Option<OffsetDateTime>),
@@ -72,14 +72,16 @@ impl From<i64> for Param {
 }
 
 impl From<OffsetDateTime> for Param {
+    /// Converted to UTC without panicking (see [`onestep_core::clock::utc`]).
     fn from(v: OffsetDateTime) -> Self {
-        Self::Time(v)
+        Self::Time(onestep_core::clock::utc(v))
     }
 }
 
 impl From<Option<OffsetDateTime>> for Param {
+    /// Converted to UTC without panicking (see [`onestep_core::clock::utc`]).
     fn from(v: Option<OffsetDateTime>) -> Self {
-        Self::OptTime(v)
+        Self::OptTime(v.map(onestep_core::clock::utc))
     }
 }
 

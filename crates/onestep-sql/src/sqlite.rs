@@ -20,7 +20,7 @@ use sqlx::sqlite::{
 use sqlx::{Row, Transaction, TransactionManager, TypeInfo, ValueRef};
 use time::format_description::FormatItem;
 use time::macros::format_description;
-use time::{OffsetDateTime, PrimitiveDateTime, UtcOffset};
+use time::{OffsetDateTime, PrimitiveDateTime};
 
 use crate::dialect::{Candidate, Dialect, PoolSettings, classify_common};
 use crate::dsn::Dsn;
@@ -59,7 +59,7 @@ const STORED_NO_FRACTION: &[FormatItem<'static>] =
 
 /// The stored text of an instant: UTC, microseconds, fixed width.
 pub fn format_instant(t: OffsetDateTime) -> String {
-    let t = t.to_offset(UtcOffset::UTC);
+    let t = onestep_core::clock::utc(t);
     PrimitiveDateTime::new(t.date(), t.time())
         .format(STORED)
         .unwrap_or_default()

@@ -46,6 +46,37 @@ fn request(task: &str, options: SubmitOptions) -> ExecutionRequest {
     ExecutionRequest::new("live", task, serde_json::json!(1), options).unwrap()
 }
 
+/// A JSON document the server refuses (MariaDB's `JSON_VALID` check on JSON columns, MySQL's
+/// JSON parser) is a permanent error: the same write would fail again, so it is not retried as
+/// transient.
+#[tokio::test]
+async fn a_refused_json_document_is_a_permanent_error() {
+    use onestep_sql::Dialect;
+    let b = MySqlExecutionBackend::new(&support::mysql_url(), live::fresh_options()).unwrap();
+    let e = b
+        .submit(request("t", SubmitOptions::default()))
+        .await
+        .unwrap();
+    let pool = b.connector().pool().unwrap();
+    let update = format!(
+        "UPDATE `{}` SET payload = ? WHERE id = ?",
+        b.tables().executions
+    );
+    for refused in ["{", &format!("{}1{}", "[".repeat(120), "]".repeat(120))] {
+        let err = sqlx::query(&update)
+            .bind(refused)
+            .bind(e.id.simple().to_string())
+            .execute(&pool)
+            .await
+            .expect_err("the server refuses the document");
+        assert_eq!(
+            MySql::classify(&err),
+            onestep_core::ConnectorErrorKind::Permanent,
+            "{err}"
+        );
+    }
+}
+
 /// Sessions are pinned to UTC and READ COMMITTED.
 #[tokio::test]
 async fn sessions_are_utc_and_read_committed() {

@@ -441,14 +441,14 @@ pub fn submit_cases(victim: &str, table: &str) -> Vec<Case> {
         "metadata must not contain the NUL character (\\u0000); found at /m",
     ));
     let mut escaped = json!(1);
-    for _ in 0..20 {
+    for _ in 0..8 {
         escaped = json!({ "$onestep": escaped });
     }
     cases.push(case(
-        "a payload of 20 nested \"$onestep\" objects (80 levels as stored)",
+        "a payload of 8 nested \"$onestep\" objects (32 levels as stored)",
         submit_json(k, &json!({"task_name": "hello", "payload": escaped})),
         422,
-        "payload is nested 80 levels deep as stored, more than 64",
+        "payload is nested 32 levels deep as stored, more than 31",
     ));
     let nested = format!(
         r#"{{"task_name": "hello", "payload": {}{}}}"#,
@@ -459,18 +459,18 @@ pub fn submit_cases(victim: &str, table: &str) -> Vec<Case> {
         "a payload of 100 nested arrays",
         submit_bytes(k, nested.as_bytes()),
         422,
-        "payload is nested 100 levels deep as stored, more than 64",
+        "payload is nested 100 levels deep as stored, more than 31",
     ));
     let nested = format!(
         r#"{{"task_name": "hello", "payload": 1, "metadata": {{"m": {}{}}}}}"#,
-        "[".repeat(70),
-        "]".repeat(70)
+        "[".repeat(31),
+        "]".repeat(31)
     );
     cases.push(case(
-        "metadata nested 71 levels",
+        "metadata nested 32 levels",
         submit_bytes(k, nested.as_bytes()),
         422,
-        "metadata is nested 71 levels deep as stored, more than 64",
+        "metadata is nested 32 levels deep as stored, more than 31",
     ));
     cases.push(case(
         "the reserved metadata key",

@@ -202,16 +202,19 @@ pub trait LeasedExecutionBackend: ExecutionBackend {
     }
 }
 
-/// Checks a cancel reason's length as a backend receives it (at most 500 characters), before any
-/// I/O; the client also strips it and treats blank as none (see `normalize_reason`).
+/// Checks a cancel reason as a backend receives it (at most 500 characters, no U+0000), before
+/// any I/O; the client also strips it and treats blank as none (see `normalize_reason`).
 pub fn validate_cancel_reason(reason: Option<&str>) -> ExecutionResult<()> {
-    if reason.is_some_and(|r| r.chars().count() > 500) {
+    let Some(reason) = reason else {
+        return Ok(());
+    };
+    if reason.chars().count() > 500 {
         return Err(ExecutionError::invalid(
             "reason",
             "must be at most 500 characters",
         ));
     }
-    Ok(())
+    super::stored::reject_nul("reason", reason)
 }
 
 /// Checks claim arguments as the reference does, before any I/O.

@@ -163,7 +163,8 @@ impl<B: ExecutionBackend> ExecutionClient<B> {
 
     /// Cancels: queued/retrying end cancelled at once, running becomes cancel_requested and the
     /// worker stops cooperatively; finished executions are returned unchanged. `reason` is
-    /// stripped (blank means none) and at most 500 characters. `None` when not found.
+    /// stripped (blank means none), at most 500 characters and free of U+0000. `None` when not
+    /// found.
     pub async fn cancel(
         &self,
         id: Uuid,
@@ -233,11 +234,13 @@ pub fn parse_id(id: &str) -> ExecutionResult<Uuid> {
         .map_err(|_| ExecutionError::invalid("execution_id", format!("must be a UUID, got {id:?}")))
 }
 
-/// Strips a cancel reason; blank means none; more than 500 characters is an error.
+/// Strips a cancel reason; blank means none; more than 500 characters, or a U+0000 anywhere, is
+/// an error.
 pub fn normalize_reason(reason: Option<&str>) -> ExecutionResult<Option<String>> {
     let Some(reason) = reason.map(str::trim).filter(|r| !r.is_empty()) else {
         return Ok(None);
     };
+    super::stored::reject_nul("reason", reason)?;
     let len = reason.chars().count();
     if len > 500 {
         return Err(ExecutionError::invalid(

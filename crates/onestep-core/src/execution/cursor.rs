@@ -37,9 +37,13 @@ pub const MAX_CURSOR_CHARS: usize = 1024;
 /// Encodes the keyset position `(created_at, id)` of the last listed item.
 ///
 /// `created_at` is converted to UTC (the reference always passes UTC
-/// timestamps) and truncated to microseconds.
+/// timestamps) and truncated to microseconds. The conversion never panics:
+/// an instant whose UTC form is outside the years `time` represents (only an
+/// extreme offset at the ±9999 edge) is clamped to the nearest representable
+/// UTC instant (see [`crate::clock::utc`]); stored `created_at` values are
+/// UTC already, so listing never meets one.
 pub fn encode_cursor(created_at: OffsetDateTime, id: Uuid) -> String {
-    let utc = created_at.to_offset(UtcOffset::UTC);
+    let utc = crate::clock::utc(created_at);
     let json = format!(
         "{{\"v\":1,\"created_at\":\"{}\",\"id\":\"{}\"}}",
         python_isoformat(utc),
@@ -535,6 +539,20 @@ mod tests {
             decode_cursor(&cursor),
             Ok((datetime!(2024-01-02 03:04:05.000007 UTC), id))
         );
+    }
+
+    #[test]
+    fn an_instant_beyond_the_utc_range_is_clamped_instead_of_panicking() {
+        let id = Uuid::from_u128(7);
+        let late = encode_cursor(datetime!(9999-12-31 23:59:59 -23:59), id);
+        assert_eq!(
+            decode_cursor(&late),
+            Ok((datetime!(9999-12-31 23:59:59.999999 UTC), id)),
+            "clamped to the last representable UTC instant"
+        );
+        // Below the range the cursor is still made; it names no listable row, so it is refused.
+        let early = encode_cursor(datetime!(-9999-01-01 00:00:00 +23:59), id);
+        assert_eq!(decode_cursor(&early), Err(CursorError::Invalid));
     }
 
     #[test]

@@ -147,7 +147,7 @@ impl MemoryExecutionBackend {
     }
 
     fn now(&self) -> OffsetDateTime {
-        self.inner.clock.now().to_offset(time::UtcOffset::UTC)
+        crate::clock::utc(self.inner.clock.now())
     }
 
     fn changed(&self) {
@@ -386,6 +386,7 @@ impl LeasedExecutionBackend for MemoryExecutionBackend {
         lease_duration: Duration,
         worker_id: &str,
     ) -> ExecutionResult<Vec<ExecutionLease>> {
+        super::stored::reject_nul("namespace", namespace)?;
         validate_claim(task_names, limit, lease_duration, worker_id)?;
         let now = self.now();
         let lease_expires_at = duration_after(now, lease_duration);

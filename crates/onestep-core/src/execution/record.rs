@@ -9,14 +9,17 @@ use uuid::Uuid;
 
 use super::error::{ExecutionError, ExecutionResult};
 use super::status::ExecutionStatus;
+use super::stored::{check_expires_at, reject_nul};
 use crate::failure::FailureInfo;
 
-/// Checks a text field as the reference does: stripped, non-empty, at most `max` characters.
+/// Checks a text field as the reference does: stripped, non-empty, at most `max` characters; and
+/// without U+0000, which no backend stores.
 pub(crate) fn text(field: &str, value: &str, max: usize) -> ExecutionResult<String> {
     let trimmed = value.trim();
     if trimmed.is_empty() {
         return Err(ExecutionError::invalid(field, "must be a non-empty string"));
     }
+    reject_nul(field, trimmed)?;
     let len = trimmed.chars().count();
     if len > max {
         return Err(ExecutionError::invalid(
@@ -43,10 +46,17 @@ fn check_delay(delay: Option<f64>) -> ExecutionResult<()> {
     }
 }
 
-/// Sink names comma-joined, clipped to 1024 characters; `None` when there are none.
+/// Sink names comma-joined, clipped to 1024 characters (U+0000 replaced by U+FFFD); `None` when
+/// there are none.
 fn join_clipped(names: &[String]) -> Option<String> {
     let joined = names.join(",");
-    (!joined.trim().is_empty()).then(|| joined.chars().take(1024).collect())
+    (!joined.trim().is_empty()).then(|| {
+        joined
+            .chars()
+            .take(1024)
+            .map(|c| if c == '\0' { '\u{FFFD}' } else { c })
+            .collect()
+    })
 }
 
 fn optional_text(
@@ -119,14 +129,18 @@ impl ExecutionErrorDetail {
         })
     }
 
-    /// The detail the runtime records for a failed attempt.
+    /// The detail the runtime records for a failed attempt. Always valid: blank names become
+    /// `Error`, long ones are clipped, and U+0000 (which no backend stores) becomes U+FFFD.
     pub fn from_failure(failure: &FailureInfo) -> Self {
         let clip = |s: &str, max: usize| -> String {
             let s = s.trim();
             if s.is_empty() {
                 "Error".to_string()
             } else {
-                s.chars().take(max).collect()
+                s.chars()
+                    .take(max)
+                    .map(|c| if c == '\0' { '\u{FFFD}' } else { c })
+                    .collect()
             }
         };
         Self {
@@ -264,7 +278,8 @@ pub struct SubmitOptions {
     pub metadata: Map<String, Value>,
     /// Seconds before the execution may be claimed (finite, >= 0).
     pub delay_s: Option<f64>,
-    /// The latest time the execution may start; must carry its offset.
+    /// The latest time the execution may start; must carry its offset and lie in years
+    /// 1..=9999 once converted to UTC.
     pub expires_at: Option<OffsetDateTime>,
 }
 
@@ -314,7 +329,9 @@ pub struct ExecutionRequest {
 }
 
 impl ExecutionRequest {
-    /// Validates a submission; errors name the field and happen before any I/O.
+    /// Validates a submission; errors name the field and happen before any I/O. Payload and
+    /// metadata are checked when a backend encodes them (see
+    /// [`encode_storable`](super::stored::encode_storable)).
     pub fn new(
         namespace: &str,
         task_name: &str,
@@ -324,8 +341,7 @@ impl ExecutionRequest {
         let namespace = text("namespace", namespace, 255)?;
         let task_name = text("task_name", task_name, 255)?;
         let idempotency_key = optional_text("idempotency_key", options.idempotency_key, 255)?;
-        check_delay(options.delay_s)?;
-        Ok(Self {
+        let request = Self {
             namespace,
             task_name,
             payload,
@@ -333,7 +349,27 @@ impl ExecutionRequest {
             metadata: options.metadata,
             delay_s: options.delay_s,
             expires_at: options.expires_at,
-        })
+        };
+        request.validate()?;
+        Ok(request)
+    }
+
+    /// Checks the fields as [`new`](ExecutionRequest::new) does, without stripping them: names and
+    /// key non-blank, at most 255 characters and free of U+0000; the delay finite, >= 0 and at
+    /// most 100 years; `expires_at` in years 1..=9999 in UTC. Backends call it (through
+    /// [`encode_submission`](super::stored::encode_submission)), so a request built field by
+    /// field is held to the same rules.
+    pub fn validate(&self) -> ExecutionResult<()> {
+        text("namespace", &self.namespace, 255)?;
+        text("task_name", &self.task_name, 255)?;
+        if let Some(key) = &self.idempotency_key {
+            text("idempotency_key", key, 255)?;
+        }
+        check_delay(self.delay_s)?;
+        if let Some(at) = self.expires_at {
+            check_expires_at(at)?;
+        }
+        Ok(())
     }
 }
 

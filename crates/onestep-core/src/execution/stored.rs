@@ -2,11 +2,11 @@
 //! decoding rows back into snapshots. Shared by the memory backend and the SQL backends.
 
 use serde_json::{Map, Value};
-use time::OffsetDateTime;
+use time::{OffsetDateTime, UtcOffset};
 use uuid::Uuid;
 
 use super::canonical::canonical_size;
-use super::codec::{decode_value, encode_value};
+use super::codec::{TAG, decode_value, encode_value};
 use super::cursor::encode_cursor;
 use super::digest::{OriginalIso, submission_digest};
 use super::error::{ExecutionError, ExecutionResult};
@@ -17,6 +17,171 @@ use super::status::{AttemptStatus, ExecutionStatus};
 
 /// The metadata key the runtime adds for workers; submissions may not use it.
 pub const RESERVED_METADATA_KEY: &str = "onestep.execution";
+
+/// The deepest nesting of arrays and objects a payload, metadata or result may have as stored,
+/// that is after tag encoding (an object with a `"$onestep"` key is stored 3 levels deeper).
+/// The lowest limit of the supported stores: MariaDB before 12.1 refuses JSON nested 32 levels
+/// or more (`JSON_VALID`, checked on every JSON column); MySQL keeps 100; stored values are read
+/// back with serde_json, which stops at 128. One limit for all backends keeps data portable and
+/// every namespace listable.
+pub const MAX_STORED_DEPTH: usize = 31;
+
+/// Beyond this many levels a value is rejected without being encoded to measure its stored depth
+/// (the codec recurses once per level).
+const MEASURED_DEPTH: usize = 512;
+
+/// Rejects text holding U+0000, which PostgreSQL cannot store in `text` or `jsonb`. Every backend
+/// rejects it, so all of them accept the same data.
+///
+/// ```
+/// use onestep_core::execution::stored::reject_nul;
+///
+/// assert!(reject_nul("reason", "fine").is_ok());
+/// assert_eq!(
+///     reject_nul("reason", "a\0b").unwrap_err().to_string(),
+///     "reason must not contain the NUL character (\\u0000)"
+/// );
+/// ```
+pub fn reject_nul(field: &str, text: &str) -> ExecutionResult<()> {
+    if text.contains('\0') {
+        return Err(ExecutionError::invalid(
+            field,
+            "must not contain the NUL character (\\u0000)",
+        ));
+    }
+    Ok(())
+}
+
+/// Checks an `expires_at`: the instant must lie in years 1..=9999 once converted to UTC (what
+/// the stored format and Python's `datetime` cover). Returns it in UTC.
+pub fn check_expires_at(at: OffsetDateTime) -> ExecutionResult<OffsetDateTime> {
+    match at.checked_to_offset(UtcOffset::UTC) {
+        Some(utc) if (1..=9999).contains(&utc.year()) => Ok(utc),
+        _ => Err(ExecutionError::invalid(
+            "expires_at",
+            format!("must be between 0001-01-01 and 9999-12-31 in UTC, got {at}"),
+        )),
+    }
+}
+
+/// Visits every array and object of `value` without recursing, calling `text` with each string
+/// and each object key (`true` for keys); returns the nesting depth (a scalar is 0).
+fn walk(value: &Value, mut text: impl FnMut(&str, bool)) -> usize {
+    let mut deepest = 0;
+    let mut stack = vec![(value, 0usize)];
+    while let Some((value, depth)) = stack.pop() {
+        match value {
+            Value::String(s) => text(s, false),
+            Value::Array(items) => {
+                deepest = deepest.max(depth + 1);
+                stack.extend(items.iter().map(|item| (item, depth + 1)));
+            }
+            Value::Object(map) => {
+                deepest = deepest.max(depth + 1);
+                for (key, item) in map {
+                    text(key, true);
+                    stack.push((item, depth + 1));
+                }
+            }
+            Value::Null | Value::Bool(_) | Value::Number(_) => {}
+        }
+    }
+    deepest
+}
+
+/// The JSON pointer of the first string or key (in document order) holding U+0000; `/` is the
+/// root. A key is reported before its value is looked at.
+fn nul_pointer(value: &Value) -> Option<String> {
+    // `None` marks an object entry whose key holds the NUL.
+    let mut stack: Vec<(String, Option<&Value>)> = vec![(String::new(), Some(value))];
+    while let Some((path, value)) = stack.pop() {
+        match value {
+            None => return Some(path),
+            Some(Value::String(s)) if s.contains('\0') => {
+                return Some(if path.is_empty() { "/".into() } else { path });
+            }
+            Some(Value::Array(items)) => stack.extend(
+                items
+                    .iter()
+                    .enumerate()
+                    .rev()
+                    .map(|(i, item)| (format!("{path}/{i}"), Some(item))),
+            ),
+            Some(Value::Object(map)) => stack.extend(map.iter().rev().map(|(key, item)| {
+                let token = key.replace('~', "~0").replace('/', "~1");
+                (
+                    format!("{path}/{token}"),
+                    (!key.contains('\0')).then_some(item),
+                )
+            })),
+            Some(_) => {}
+        }
+    }
+    None
+}
+
+fn too_deep(field: &str, depth: &str) -> ExecutionError {
+    ExecutionError::invalid(
+        field,
+        format!(
+            "is nested {depth} levels deep as stored, more than {MAX_STORED_DEPTH} \
+             (each array or object is a level; a \"$onestep\" key adds 3)"
+        ),
+    )
+}
+
+/// Encodes a payload, metadata or result (`field`) with the tagged codec for storage, after
+/// checking the portable data contract every backend keeps:
+///
+/// - no string or object key holds U+0000 (PostgreSQL cannot store it): `InvalidArgument`
+///   naming the JSON pointer, e.g. `payload must not contain the NUL character (\u0000); found
+///   at /a/0`;
+/// - the encoded value is nested at most [`MAX_STORED_DEPTH`] levels: `InvalidArgument`, e.g.
+///   `result is nested 40 levels deep as stored, more than 31 (…)`.
+///
+/// Size limits are the caller's ([`encode_submission`], [`encode_result`]).
+///
+/// ```
+/// use onestep_core::execution::stored::{MAX_STORED_DEPTH, encode_storable};
+/// use serde_json::json;
+///
+/// assert!(encode_storable("payload", &json!({"a": [1, "two"]})).is_ok());
+/// let err = encode_storable("payload", &json!({"a": ["x\u{0}y"]})).unwrap_err();
+/// assert_eq!(err.to_string(), "payload must not contain the NUL character (\\u0000); found at /a/0");
+/// let mut deep = json!(1);
+/// for _ in 0..=MAX_STORED_DEPTH {
+///     deep = json!([deep]);
+/// }
+/// assert!(encode_storable("result", &deep).unwrap_err().to_string().starts_with("result is nested 32 levels"));
+/// ```
+pub fn encode_storable(field: &str, value: &Value) -> ExecutionResult<Value> {
+    let (mut nul, mut tagged) = (false, false);
+    let depth = walk(value, |text, key| {
+        nul |= text.contains('\0');
+        tagged |= key && text == TAG;
+    });
+    if nul && let Some(at) = nul_pointer(value) {
+        return Err(ExecutionError::invalid(
+            field,
+            format!("must not contain the NUL character (\\u0000); found at {at}"),
+        ));
+    }
+    if depth > MEASURED_DEPTH {
+        return Err(too_deep(field, &format!("at least {depth}")));
+    }
+    let encoded = encode_value(value)
+        .map_err(|e| ExecutionError::Encoding(format!("cannot encode execution {field}: {e}")))?;
+    // Only a `"$onestep"` key makes the codec add levels.
+    let stored = if tagged {
+        walk(&encoded, |_, _| {})
+    } else {
+        depth
+    };
+    if stored > MAX_STORED_DEPTH {
+        return Err(too_deep(field, &stored.to_string()));
+    }
+    Ok(encoded)
+}
 
 /// A submission ready to store: encoded values and the idempotency digest.
 #[derive(Debug, Clone, PartialEq)]
@@ -29,22 +194,23 @@ pub struct EncodedSubmission {
     pub digest: Option<String>,
 }
 
-/// Encodes a submission in the reference's order: reserved key check, encode payload, encode
-/// metadata, payload size, metadata size, then the digest when a key was given.
+/// Encodes a submission in the reference's order: the request's own checks
+/// ([`ExecutionRequest::validate`], so a request built field by field is checked too), reserved
+/// key check, encode payload, encode metadata (each through [`encode_storable`]), payload size,
+/// metadata size, then the digest when a key was given.
 pub fn encode_submission(
     request: &ExecutionRequest,
     limits: &ExecutionLimits,
 ) -> ExecutionResult<EncodedSubmission> {
+    request.validate()?;
     if request.metadata.contains_key(RESERVED_METADATA_KEY) {
         return Err(ExecutionError::invalid(
             "metadata",
             format!("key '{RESERVED_METADATA_KEY}' is reserved"),
         ));
     }
-    let payload = encode_value(&request.payload)
-        .map_err(|e| ExecutionError::Encoding(format!("cannot encode execution payload: {e}")))?;
-    let metadata = encode_value(&Value::Object(request.metadata.clone()))
-        .map_err(|e| ExecutionError::Encoding(format!("cannot encode execution metadata: {e}")))?;
+    let payload = encode_storable("payload", &request.payload)?;
+    let metadata = encode_storable("metadata", &Value::Object(request.metadata.clone()))?;
     if canonical_size(&payload) > limits.max_payload_bytes {
         return Err(ExecutionError::Encoding(
             "execution payload exceeds the configured limit".into(),
@@ -72,10 +238,11 @@ pub fn encode_submission(
     })
 }
 
-/// Encodes a handler result and checks its size ("execution result exceeds the configured limit").
+/// Encodes a handler result through [`encode_storable`] (no U+0000, at most
+/// [`MAX_STORED_DEPTH`] levels) and checks its size ("execution result exceeds the configured
+/// limit").
 pub fn encode_result(result: &Value, limits: &ExecutionLimits) -> ExecutionResult<Value> {
-    let encoded = encode_value(result)
-        .map_err(|e| ExecutionError::Encoding(format!("cannot encode execution result: {e}")))?;
+    let encoded = encode_storable("result", result)?;
     if canonical_size(&encoded) > limits.max_result_bytes {
         return Err(ExecutionError::Encoding(
             "execution result exceeds the configured limit".into(),
@@ -164,8 +331,13 @@ impl ExecutionRow {
         id: Uuid,
         now: OffsetDateTime,
     ) -> Self {
+        // The delay is validated (finite, at most 100 years); past the end of time it saturates.
         let available_at = match request.delay_s {
-            Some(delay) if delay > 0.0 => now + std::time::Duration::from_secs_f64(delay),
+            Some(delay) if delay > 0.0 => std::time::Duration::try_from_secs_f64(delay)
+                .ok()
+                .and_then(|d| time::Duration::try_from(d).ok())
+                .and_then(|d| now.checked_add(d))
+                .unwrap_or_else(|| time::PrimitiveDateTime::MAX.assume_utc()),
             _ => now,
         };
         Self {
@@ -186,9 +358,7 @@ impl ExecutionRow {
             worker_id: None,
             cancel_reason: None,
             cancel_requested_at: None,
-            expires_at: request
-                .expires_at
-                .map(|t| t.to_offset(time::UtcOffset::UTC)),
+            expires_at: request.expires_at.map(crate::clock::utc),
             created_at: now,
             updated_at: now,
             started_at: None,
@@ -221,7 +391,7 @@ impl ExecutionRow {
                     .map_err(|e| fail(format!("error: {e}")))?,
             ),
         };
-        let utc = |t: OffsetDateTime| t.to_offset(time::UtcOffset::UTC);
+        let utc = crate::clock::utc;
         Ok(Execution {
             id: self.id,
             namespace: self.namespace.clone(),
@@ -266,4 +436,265 @@ pub struct AttemptRow {
     pub heartbeat_at: OffsetDateTime,
     /// When it ended.
     pub finished_at: Option<OffsetDateTime>,
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+    use time::macros::datetime;
+
+    use super::*;
+    use crate::execution::SubmitOptions;
+
+    fn request(payload: Value, options: SubmitOptions) -> ExecutionResult<ExecutionRequest> {
+        ExecutionRequest::new("ns", "task", payload, options)
+    }
+
+    fn field_of(err: ExecutionError) -> (String, String) {
+        match err {
+            ExecutionError::InvalidArgument { field, message } => (field, message),
+            other => panic!("expected InvalidArgument, got {other:?}"),
+        }
+    }
+
+    /// `depth` arrays around a number.
+    fn nested(depth: usize) -> Value {
+        (0..depth).fold(json!(1), |inner, _| Value::Array(vec![inner]))
+    }
+
+    /// `n` objects `{"$onestep": …}` around a number: the codec stores each as a 4-level mapping.
+    fn escaped(n: usize) -> Value {
+        (0..n).fold(json!(1), |inner, _| {
+            Value::Object(Map::from_iter([(TAG.to_string(), inner)]))
+        })
+    }
+
+    #[test]
+    fn expires_at_outside_years_1_to_9999_in_utc_is_an_invalid_argument_not_a_panic() {
+        for bad in [
+            datetime!(9999-12-31 23:59:59 -23:59),
+            datetime!(0000-01-01 00:00:00 +23:59),
+            datetime!(0000-06-01 00:00 UTC),
+            datetime!(-0001-01-01 00:00 UTC),
+        ] {
+            let err = request(json!(1), SubmitOptions::default().expires_at(bad)).unwrap_err();
+            let (field, message) = field_of(err);
+            assert_eq!(field, "expires_at", "{bad}");
+            assert!(
+                message.starts_with("must be between 0001-01-01 and 9999-12-31 in UTC, got"),
+                "{message}"
+            );
+            // A request built field by field reaches the same check in every backend.
+            let mut built = request(json!(1), SubmitOptions::default()).unwrap();
+            built.expires_at = Some(bad);
+            let err = encode_submission(&built, &ExecutionLimits::default()).unwrap_err();
+            assert_eq!(field_of(err).0, "expires_at");
+        }
+        let err = request(
+            json!(1),
+            SubmitOptions::default().expires_at(datetime!(9999-12-31 23:59:59 -23:59)),
+        )
+        .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "expires_at must be between 0001-01-01 and 9999-12-31 in UTC, got 9999-12-31 \
+             23:59:59.0 -23:59:00"
+        );
+        let now = datetime!(2026-01-01 00:00 UTC);
+        for edge in [
+            datetime!(0001-01-01 00:00:00 UTC),
+            datetime!(0001-01-01 23:59:00 +23:59),
+            datetime!(9999-12-31 23:59:59.999999 UTC),
+            datetime!(9999-12-31 00:00:00 -23:59),
+        ] {
+            let ok = request(json!(1), SubmitOptions::default().expires_at(edge)).unwrap();
+            let encoded = encode_submission(&ok, &ExecutionLimits::default()).unwrap();
+            let row = ExecutionRow::queued(&ok, encoded, Uuid::nil(), now);
+            let stored = row.expires_at.unwrap();
+            assert_eq!((stored, stored.offset()), (edge, UtcOffset::UTC));
+            assert_eq!(row.to_execution().unwrap().expires_at, Some(edge));
+        }
+    }
+
+    #[test]
+    fn a_delay_reaching_past_the_end_of_time_saturates_instead_of_panicking() {
+        let ok = request(
+            json!(1),
+            SubmitOptions::default().delay(std::time::Duration::from_secs(86_400)),
+        )
+        .unwrap();
+        let encoded = encode_submission(&ok, &ExecutionLimits::default()).unwrap();
+        let row = ExecutionRow::queued(&ok, encoded, Uuid::nil(), datetime!(9999-12-31 12:00 UTC));
+        assert_eq!(row.available_at, time::PrimitiveDateTime::MAX.assume_utc());
+    }
+
+    #[test]
+    fn nul_characters_are_rejected_with_the_pointer_of_the_first_one() {
+        let cases = [
+            (json!("a\u{0}"), "/"),
+            (json!({"a": ["ok", "x\u{0}y"]}), "/a/1"),
+            (json!({"k\u{0}": 1}), "/k\u{0}"),
+            (json!({"a/b": {"c~d": "\u{0}"}}), "/a~1b/c~0d"),
+            // Document order: the key of the first entry comes before a later value.
+            (json!({"a\u{0}": 1, "b": "\u{0}"}), "/a\u{0}"),
+            (json!([[1, [2, "\u{0}"]], "\u{0}"]), "/0/1/1"),
+        ];
+        for (value, at) in cases {
+            let err = encode_storable("payload", &value).unwrap_err();
+            assert_eq!(
+                err.to_string(),
+                format!("payload must not contain the NUL character (\\u0000); found at {at}"),
+                "{value}"
+            );
+        }
+        // Other control characters are storable everywhere.
+        assert!(encode_storable("payload", &json!({"\u{1}": "\u{1f}\u{7f}"})).is_ok());
+
+        let limits = ExecutionLimits::default();
+        let mut meta = Map::new();
+        meta.insert("m".into(), json!(["\u{0}"]));
+        let err = encode_submission(
+            &request(json!(1), SubmitOptions::default().metadata(meta)).unwrap(),
+            &limits,
+        )
+        .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "metadata must not contain the NUL character (\\u0000); found at /m/0"
+        );
+        let err = encode_result(&json!({"r": "\u{0}"}), &limits).unwrap_err();
+        assert_eq!(
+            field_of(err),
+            (
+                "result".to_string(),
+                "must not contain the NUL character (\\u0000); found at /r".to_string()
+            )
+        );
+    }
+
+    #[test]
+    fn nul_characters_in_names_keys_reasons_and_error_details_are_rejected() {
+        let nul = "must not contain the NUL character (\\u0000)";
+        let cases = [
+            ExecutionRequest::new("n\u{0}s", "t", Value::Null, SubmitOptions::default()),
+            ExecutionRequest::new("ns", "t\u{0}", Value::Null, SubmitOptions::default()),
+            request(
+                Value::Null,
+                SubmitOptions::default().idempotency_key("k\u{0}"),
+            ),
+        ];
+        for (result, field) in cases
+            .into_iter()
+            .zip(["namespace", "task_name", "idempotency_key"])
+        {
+            assert_eq!(
+                field_of(result.unwrap_err()),
+                (field.to_string(), nul.to_string())
+            );
+        }
+        let mut built = request(Value::Null, SubmitOptions::default()).unwrap();
+        built.idempotency_key = Some("\u{0}".into());
+        let err = encode_submission(&built, &ExecutionLimits::default()).unwrap_err();
+        assert_eq!(field_of(err).0, "idempotency_key");
+
+        use crate::execution::backend::validate_cancel_reason;
+        use crate::execution::client::normalize_reason;
+        assert_eq!(
+            field_of(normalize_reason(Some(" why\u{0} ")).unwrap_err()).1,
+            nul
+        );
+        assert_eq!(
+            field_of(validate_cancel_reason(Some("\u{0}")).unwrap_err()).0,
+            "reason"
+        );
+        assert!(validate_cancel_reason(Some("why")).is_ok());
+
+        let query = crate::execution::ExecutionQuery {
+            namespace: "ns".into(),
+            task_name: Some("t\u{0}".into()),
+            status: None,
+            limit: 10,
+            cursor: None,
+        };
+        assert_eq!(field_of(query.validate().unwrap_err()).0, "task_name");
+
+        let detail = crate::execution::ExecutionErrorDetail {
+            stage: Some("handler\u{0}".into()),
+            ..crate::execution::ExecutionErrorDetail::new("error", "E").unwrap()
+        };
+        assert_eq!(field_of(detail.validated().unwrap_err()).0, "stage");
+        // The runtime's own detail is always storable.
+        let failure = crate::failure::FailureInfo::from_error(
+            crate::failure::FailureKind::Error,
+            crate::failure::Stage::Handler,
+            &crate::TaskError::new("Bad\u{0}Type", "boom"),
+        );
+        let detail = crate::execution::ExecutionErrorDetail::from_failure(&failure);
+        assert_eq!(detail.exception_type, "Bad\u{FFFD}Type");
+        assert!(detail.validated().is_ok());
+    }
+
+    #[test]
+    fn values_nested_deeper_than_31_levels_as_stored_are_rejected() {
+        let limits = ExecutionLimits::default();
+        assert_eq!(
+            encode_storable("payload", &nested(MAX_STORED_DEPTH)).unwrap(),
+            nested(MAX_STORED_DEPTH)
+        );
+        let err = encode_storable("payload", &nested(MAX_STORED_DEPTH + 1)).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "payload is nested 32 levels deep as stored, more than 31 (each array or object is \
+             a level; a \"$onestep\" key adds 3)"
+        );
+        // 7 escaped objects are 28 levels as stored, 8 are 32: the limit is on the stored form,
+        // although the value itself is only 8 levels deep.
+        assert!(encode_result(&escaped(7), &limits).is_ok());
+        let err = encode_result(&escaped(8), &limits).unwrap_err();
+        let (field, message) = field_of(err);
+        assert_eq!(field, "result");
+        assert!(
+            message.starts_with("is nested 32 levels deep as stored"),
+            "{message}"
+        );
+        let mut meta = Map::new();
+        meta.insert("m".into(), nested(MAX_STORED_DEPTH));
+        let err = encode_submission(
+            &request(json!(1), SubmitOptions::default().metadata(meta)).unwrap(),
+            &limits,
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string().starts_with("metadata is nested 32 levels"),
+            "{err}"
+        );
+        // Far too deep is refused before the (recursive) codec sees it.
+        let err = encode_storable("payload", &nested(2_000)).unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("payload is nested at least 2000 levels deep as stored"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn the_deepest_storable_value_reads_back() {
+        let limits = ExecutionLimits::default();
+        let deepest = json!({"a": nested(MAX_STORED_DEPTH - 1)});
+        let built = request(deepest.clone(), SubmitOptions::default()).unwrap();
+        let encoded = encode_submission(&built, &limits).unwrap();
+        // What a backend writes is text it can parse again (serde_json stops at 128 levels).
+        let text = encoded.payload.to_string();
+        let parsed: Value = serde_json::from_str(&text).unwrap();
+        let row = ExecutionRow::queued(
+            &built,
+            EncodedSubmission {
+                payload: parsed,
+                ..encoded
+            },
+            Uuid::nil(),
+            datetime!(2026-01-01 00:00 UTC),
+        );
+        assert_eq!(row.to_execution().unwrap().payload, deepest);
+    }
 }

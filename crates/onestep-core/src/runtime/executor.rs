@@ -152,7 +152,11 @@ fn fail_at(stage: Stage, err: &TaskError) -> Outcome {
 
 fn execution_failure(stage: Stage, err: &ExecutionError) -> Outcome {
     let kind = match err {
+        // A result that cannot be stored (too large, a U+0000, nested too deep).
         ExecutionError::Encoding(_) => "ExecutionEncodingError",
+        ExecutionError::InvalidArgument { field, .. } if field == "result" => {
+            "ExecutionEncodingError"
+        }
         ExecutionError::LeaseLost(_) => "ExecutionLeaseLost",
         _ => "ExecutionError",
     };

@@ -2,13 +2,14 @@
 
 use onestep_core::execution::{
     ExecutionBackend, ExecutionClient, ExecutionCompletion, ExecutionError, ExecutionLimits,
-    ExecutionQuery, ExecutionStatus, SubmitOptions,
+    ExecutionQuery, ExecutionRequest, ExecutionStatus, SubmitOptions,
 };
 use serde_json::{Map, Value, json};
 use time::macros::datetime;
 use uuid::Uuid;
 
 use onestep_core::clock::Clock;
+use onestep_core::execution::stored::MAX_STORED_DEPTH;
 
 use super::*;
 
@@ -451,6 +452,268 @@ pub async fn cancel_of_a_missing_execution_returns_none<F: BackendFactory>(f: &F
             .unwrap()
             .is_none()
     );
+}
+
+/// A request built field by field, as a direct backend user may, bypassing
+/// `ExecutionRequest::new`.
+fn built(
+    task: &str,
+    payload: Value,
+    key: Option<&str>,
+    metadata: Map<String, Value>,
+) -> ExecutionRequest {
+    ExecutionRequest {
+        namespace: NS.into(),
+        task_name: task.into(),
+        payload,
+        idempotency_key: key.map(str::to_string),
+        metadata,
+        delay_s: None,
+        expires_at: None,
+    }
+}
+
+/// U+0000 (which PostgreSQL cannot store) is refused on every backend alike, before anything is
+/// written: in payload and metadata strings and keys (the error names the JSON pointer), task
+/// names, idempotency keys, cancel reasons and list filters; a namespace holding one holds
+/// nothing. Other control characters are stored.
+pub async fn nul_characters_are_rejected_on_every_entry_point_before_any_write<
+    F: BackendFactory,
+>(
+    f: &F,
+) {
+    let (b, _) = backend(f).await;
+    let client = ExecutionClient::new(b.clone(), NS).unwrap();
+    let mut nul_key = Map::new();
+    nul_key.insert("m\u{0}".into(), json!(1));
+    let bad = [
+        (
+            built("t", json!({"a": ["x\u{0}y"]}), None, Map::new()),
+            "payload",
+            "must not contain the NUL character (\\u0000); found at /a/0",
+        ),
+        (
+            built("t", json!(1), None, nul_key),
+            "metadata",
+            "must not contain the NUL character (\\u0000); found at /m\u{0}",
+        ),
+        (
+            built("t\u{0}", json!(1), None, Map::new()),
+            "task_name",
+            NUL,
+        ),
+        (
+            built("t", json!(1), Some("k\u{0}"), Map::new()),
+            "idempotency_key",
+            NUL,
+        ),
+    ];
+    for (request, field, message) in &bad {
+        assert_invalid(b.submit(request.clone()).await.unwrap_err(), field, message);
+    }
+    let mut batch: Vec<ExecutionRequest> = bad.iter().map(|(r, _, _)| r.clone()).collect();
+    batch.push(built(
+        "t",
+        json!("ctrl \u{1}\u{1f}"),
+        Some("good"),
+        Map::new(),
+    ));
+    batch.push(built("t", json!(2), None, Map::new()));
+    let mut results = b.submit_many(batch).await.unwrap();
+    let second = results.pop().unwrap().unwrap();
+    let good = results.pop().unwrap().unwrap();
+    for (result, (_, field, message)) in results.into_iter().zip(&bad) {
+        assert_invalid(result.unwrap_err(), field, message);
+    }
+    assert_eq!(good.payload, json!("ctrl \u{1}\u{1f}"));
+
+    assert_invalid(
+        client
+            .submit("t\u{0}", &1, SubmitOptions::default())
+            .await
+            .unwrap_err(),
+        "task_name",
+        NUL,
+    );
+    assert_invalid(
+        client
+            .submit("t", &json!({"k\u{0}": 1}), SubmitOptions::default())
+            .await
+            .unwrap_err(),
+        "payload",
+        "must not contain the NUL character (\\u0000); found at /k\u{0}",
+    );
+    assert_invalid(
+        client.cancel(good.id, Some("why\u{0}")).await.unwrap_err(),
+        "reason",
+        NUL,
+    );
+    assert_invalid(
+        b.request_cancel(NS, good.id, Some("\u{0}"))
+            .await
+            .unwrap_err(),
+        "reason",
+        NUL,
+    );
+    assert!(b.get("n\u{0}", good.id).await.unwrap().is_none());
+    assert!(
+        b.request_cancel("n\u{0}", good.id, None)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert_invalid(
+        b.list(&query(Some("t\u{0}"), None, 10)).await.unwrap_err(),
+        "task_name",
+        NUL,
+    );
+    assert_invalid(
+        client
+            .list(Some("t\u{0}"), None, 10, None)
+            .await
+            .unwrap_err(),
+        "task_name",
+        NUL,
+    );
+    let page = b.list(&query(None, None, 50)).await.unwrap();
+    let mut ids: Vec<Uuid> = page.items.iter().map(|e| e.id).collect();
+    ids.sort();
+    let mut expected = vec![good.id, second.id];
+    expected.sort();
+    assert_eq!(ids, expected, "only the valid submissions were stored");
+    assert!(
+        page.items
+            .iter()
+            .all(|e| e.status == ExecutionStatus::Queued),
+        "no cancel was written"
+    );
+}
+
+/// `expires_at` may be any instant in years 1..=9999 in UTC, whatever its offset: the edges are
+/// stored, read back and listed on every backend (and hash alike on a repeated key). Beyond them
+/// it is an invalid argument, also for a request built field by field, never a panic.
+pub async fn expires_at_at_the_edges_of_years_1_to_9999_round_trips<F: BackendFactory>(f: &F) {
+    let (b, _) = backend(f).await;
+    let first = datetime!(0001-01-01 23:59:00 +23:59);
+    let last = datetime!(9999-12-31 00:00:00 -23:59:59);
+    let mut ids = Vec::new();
+    for at in [first, last] {
+        let options = SubmitOptions::default()
+            .expires_at(at)
+            .idempotency_key(format!("{at}"));
+        let e = b
+            .submit(request("t", json!(1), options.clone()))
+            .await
+            .unwrap();
+        assert_eq!(e.expires_at, Some(at));
+        assert_eq!(b.get(NS, e.id).await.unwrap().unwrap().expires_at, Some(at));
+        let again = b.submit(request("t", json!(1), options)).await.unwrap();
+        assert_eq!(
+            again.id, e.id,
+            "the same key and submission is the same execution"
+        );
+        ids.push(e.id);
+    }
+    for bad in [
+        datetime!(9999-12-31 23:59:59 -23:59),
+        datetime!(0000-01-01 00:00:00 +23:59),
+    ] {
+        let mut built = built("t", json!(1), None, Map::new());
+        built.expires_at = Some(bad);
+        assert_invalid(
+            b.submit(built.clone()).await.unwrap_err(),
+            "expires_at",
+            "must be between",
+        );
+        let results = b.submit_many(vec![built.clone(), built]).await.unwrap();
+        for result in results {
+            assert_invalid(result.unwrap_err(), "expires_at", "must be between");
+        }
+    }
+    let page = b.list(&query(None, None, 10)).await.unwrap();
+    assert_eq!(page.items.len(), 2);
+    assert!(ids.iter().all(|id| page.items.iter().any(|e| e.id == *id)));
+}
+
+/// Payload and metadata may be nested at most `MAX_STORED_DEPTH` (31) levels as stored, after tag
+/// encoding, so every backend can store and read them back (MariaDB before 12.1 refuses 32):
+/// the deepest allowed values round-trip and list; one level more is an invalid argument, for
+/// single and batched submits.
+pub async fn submit_rejects_values_nested_deeper_than_the_stored_depth_limit<F: BackendFactory>(
+    f: &F,
+) {
+    let (b, _) = backend(f).await;
+    let over = format!(
+        "is nested {} levels deep as stored, more than {MAX_STORED_DEPTH}",
+        MAX_STORED_DEPTH + 1
+    );
+    let mut meta = Map::new();
+    meta.insert("m".into(), nested(MAX_STORED_DEPTH - 1));
+    let deepest = b
+        .submit(request(
+            "t",
+            nested(MAX_STORED_DEPTH),
+            SubmitOptions::default().metadata(meta),
+        ))
+        .await
+        .unwrap();
+    let read = b.get(NS, deepest.id).await.unwrap().unwrap();
+    assert_eq!(
+        (&read.payload, &read.metadata["m"]),
+        (&nested(MAX_STORED_DEPTH), &nested(MAX_STORED_DEPTH - 1))
+    );
+
+    assert_invalid(
+        b.submit(request(
+            "t",
+            nested(MAX_STORED_DEPTH + 1),
+            SubmitOptions::default(),
+        ))
+        .await
+        .unwrap_err(),
+        "payload",
+        &over,
+    );
+    let mut meta = Map::new();
+    meta.insert("m".into(), nested(MAX_STORED_DEPTH));
+    assert_invalid(
+        b.submit(request(
+            "t",
+            json!(1),
+            SubmitOptions::default().metadata(meta),
+        ))
+        .await
+        .unwrap_err(),
+        "metadata",
+        &over,
+    );
+    // Each object with a "$onestep" key is stored as 4 levels: 8 of them are 32, although the
+    // value is only 8 deep.
+    let escaped = (0..8).fold(json!(1), |inner, _| {
+        Value::Object(Map::from_iter([("$onestep".to_string(), inner)]))
+    });
+    assert_invalid(
+        b.submit(request("t", escaped, SubmitOptions::default()))
+            .await
+            .unwrap_err(),
+        "payload",
+        "is nested 32 levels deep as stored",
+    );
+    let mut results = b
+        .submit_many(vec![
+            request("t", nested(MAX_STORED_DEPTH + 1), SubmitOptions::default()),
+            request("t", nested(MAX_STORED_DEPTH), SubmitOptions::default()),
+        ])
+        .await
+        .unwrap();
+    let batched = results.pop().unwrap().unwrap();
+    assert_invalid(results.pop().unwrap().unwrap_err(), "payload", &over);
+    let page = b.list(&query(None, None, 50)).await.unwrap();
+    let mut ids: Vec<Uuid> = page.items.iter().map(|e| e.id).collect();
+    ids.sort();
+    let mut expected = vec![deepest.id, batched.id];
+    expected.sort();
+    assert_eq!(ids, expected);
 }
 
 fn query(task: Option<&str>, status: Option<ExecutionStatus>, limit: u32) -> ExecutionQuery {

@@ -1,6 +1,7 @@
 //! Claim, heartbeat, complete and release (the worker side of the storage contract).
 
 use onestep_core::clock::Clock;
+use onestep_core::execution::stored::MAX_STORED_DEPTH;
 use onestep_core::execution::{
     ExecutionBackend, ExecutionClient, ExecutionCompletion, ExecutionError, ExecutionLimits,
     ExecutionStatus, LeasedExecutionBackend, SubmitOptions,
@@ -665,6 +666,88 @@ pub async fn oversized_or_unencodable_results_are_rejected_without_writing<F: Ba
     .await
     .unwrap();
     assert_eq!(failed.status, ExecutionStatus::Failed);
+}
+
+/// A result holding U+0000 or nested deeper than `MAX_STORED_DEPTH` levels as stored, and an error
+/// detail holding
+/// U+0000, are invalid arguments on every backend and write nothing; the deepest storable result
+/// is stored and reads back. Claims refuse a namespace or task name holding U+0000.
+pub async fn complete_rejects_results_with_nul_or_nested_too_deep_without_writing<
+    F: BackendFactory,
+>(
+    f: &F,
+) {
+    let (b, _) = backend(f).await;
+    let e = submit(&b, "t", json!(1)).await;
+    let lease = claim_one(&b, "t", 30.0).await;
+    for (result, message) in [
+        (
+            json!({"r": ["ok", "a\u{0}b"]}),
+            "must not contain the NUL character (\\u0000); found at /r/1",
+        ),
+        (
+            nested(MAX_STORED_DEPTH + 1),
+            "is nested 32 levels deep as stored, more than 31",
+        ),
+    ] {
+        assert_invalid(b.validate_result(&result).unwrap_err(), "result", message);
+        let err = complete(&b, &lease, ExecutionCompletion::Succeeded { result })
+            .await
+            .unwrap_err();
+        assert_invalid(err, "result", message);
+    }
+    let mut nul_detail = detail("error", "E");
+    nul_detail.exception_type = "E\u{0}".into();
+    for completion in [
+        ExecutionCompletion::Failed {
+            error: Some(nul_detail.clone()),
+        },
+        ExecutionCompletion::Retrying {
+            error: Some(nul_detail.clone()),
+            delay_s: None,
+        },
+    ] {
+        let err = complete(&b, &lease, completion).await.unwrap_err();
+        assert_invalid(err, "exception_type", NUL);
+    }
+    let running = b.get(NS, e.id).await.unwrap().unwrap();
+    assert_eq!(
+        (running.status, running.version, running.result),
+        (ExecutionStatus::Running, 1, None)
+    );
+    assert_invalid(
+        b.claim("n\u{0}", &["t".into()], 1, secs(30.0), "w")
+            .await
+            .unwrap_err(),
+        "namespace",
+        NUL,
+    );
+    assert_invalid(
+        b.claim(NS, &["t\u{0}".into()], 1, secs(30.0), "w")
+            .await
+            .unwrap_err(),
+        "task_names",
+        NUL,
+    );
+    let done = complete(
+        &b,
+        &lease,
+        ExecutionCompletion::Succeeded {
+            result: nested(MAX_STORED_DEPTH),
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(done.status, ExecutionStatus::Succeeded);
+    let client = ExecutionClient::new(b.clone(), NS).unwrap();
+    assert_eq!(
+        client.result::<Value>(e.id).await.unwrap(),
+        nested(MAX_STORED_DEPTH)
+    );
+    assert_eq!(
+        client.list(None, None, 10, None).await.unwrap().items.len(),
+        1
+    );
 }
 
 /// Releasing an unstarted claim returns it to the queue; the attempt counts as lease lost.

@@ -87,6 +87,26 @@ async fn complete<B: LeasedExecutionBackend>(
     .await
 }
 
+/// `depth` arrays around a number: a value `depth` levels deep, as stored too.
+fn nested(depth: usize) -> Value {
+    (0..depth).fold(Value::from(1), |inner, _| Value::Array(vec![inner]))
+}
+
+/// The NUL message of a text field.
+const NUL: &str = "must not contain the NUL character (\\u0000)";
+
+/// Asserts `err` is an invalid argument for `field` whose message starts with `message`.
+#[track_caller]
+fn assert_invalid(err: onestep_core::execution::ExecutionError, field: &str, message: &str) {
+    match &err {
+        onestep_core::execution::ExecutionError::InvalidArgument {
+            field: f,
+            message: m,
+        } if f == field && m.starts_with(message) => {}
+        other => panic!("expected InvalidArgument {field} {message}…, got {other:?}"),
+    }
+}
+
 fn detail(kind: &str, exception_type: &str) -> ExecutionErrorDetail {
     let mut d = ExecutionErrorDetail::new(kind, exception_type).unwrap();
     d.stage = Some("handler".into());

@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use onestep_core::execution::stored::MAX_STORED_DEPTH;
 use onestep_core::execution::{
     Execution, ExecutionBackend, ExecutionClient, ExecutionLimits, ExecutionSource,
     ExecutionSourceOptions, ExecutionStatus, LeasedExecutionBackend, SubmitOptions,
@@ -365,6 +366,65 @@ pub async fn worker_result_preflight_prevents_emit_on_every_attempt<F: BackendFa
     let emitted = sink.fetch(10).await.unwrap();
     assert_eq!(emitted.len(), 1, "only the storable result was emitted");
     assert_eq!(emitted[0].envelope().body, json!("rrrr"));
+}
+
+/// A handler result holding U+0000 or nested deeper than `MAX_STORED_DEPTH` levels as stored fails
+/// its attempt at
+/// stage `result_validation` (`ExecutionEncodingError`) instead of leaving the execution stuck or
+/// unreadable; a handler error type holding U+0000 is stored with U+FFFD in its place. The
+/// namespace still lists.
+pub async fn worker_fails_unstorable_results_at_result_validation<F: BackendFactory>(f: &F) {
+    let (b, _) = backend(f).await;
+    let nul = submit(&b, "store", json!("nul")).await;
+    let deep = submit(&b, "store", json!("deep")).await;
+    let error = submit(&b, "store", json!("error")).await;
+    let fine = submit(&b, "store", json!("fine")).await;
+    let app = OneStepApp::builder("worker")
+        .task(Task::new("store").source(source(&b, "store")).handler(
+            |_ctx: TaskContext, input: Value| async move {
+                match input.as_str() {
+                    Some("nul") => Ok(json!({"text": "a\u{0}b"})),
+                    Some("deep") => Ok(nested(MAX_STORED_DEPTH + 1)),
+                    Some("error") => Err(TaskError::new("Bad\u{0}Type", "boom")),
+                    _ => Ok(nested(MAX_STORED_DEPTH)),
+                }
+            },
+        ))
+        .build()
+        .unwrap();
+    let running = Running::start(app);
+    let mut done = Vec::new();
+    for e in [&nul, &deep, &error, &fine] {
+        done.push(wait_terminal(&b, e.id).await);
+    }
+    running.stop().await;
+    for failed in &done[..2] {
+        assert_eq!(
+            (failed.status, failed.result.as_ref()),
+            (ExecutionStatus::Failed, None)
+        );
+        let detail = failed.error.as_ref().unwrap();
+        assert_eq!(
+            (detail.stage.as_deref(), detail.exception_type.as_str()),
+            (Some("result_validation"), "ExecutionEncodingError"),
+            "{failed:?}"
+        );
+    }
+    assert_eq!(done[2].status, ExecutionStatus::Failed);
+    let detail = done[2].error.as_ref().unwrap();
+    assert_eq!(
+        (detail.stage.as_deref(), detail.exception_type.as_str()),
+        (Some("handler"), "Bad\u{FFFD}Type")
+    );
+    assert_eq!(
+        (done[3].status, done[3].result.as_ref()),
+        (ExecutionStatus::Succeeded, Some(&nested(MAX_STORED_DEPTH)))
+    );
+    let client = ExecutionClient::new(b.clone(), NS).unwrap();
+    assert_eq!(
+        client.list(None, None, 10, None).await.unwrap().items.len(),
+        4
+    );
 }
 
 /// Source options are checked at construction with field-qualified messages.

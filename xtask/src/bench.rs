@@ -84,7 +84,7 @@ impl BenchOptions {
 
 /// Runs the benchmark with servers from `server_options`, cleaning them up whatever happens.
 pub fn run(server_options: Options, options: &BenchOptions) -> Result<()> {
-    let root = workspace_root();
+    let root = crate::workspace_root();
     crate::cargo(
         &[
             "build",
@@ -96,7 +96,7 @@ pub fn run(server_options: Options, options: &BenchOptions) -> Result<()> {
         ],
         &[],
     )?;
-    let burndown = target_dir(&root).join("release/examples/burndown");
+    let burndown = crate::target_dir().join("release/examples/burndown");
     if !burndown.is_file() {
         bail!(
             "the burndown example was built but {} is missing",
@@ -112,7 +112,7 @@ pub fn run(server_options: Options, options: &BenchOptions) -> Result<()> {
     let lines = outcome?;
     cleaned?;
 
-    let out_dir = target_dir(&root).join("bench");
+    let out_dir = crate::target_dir().join("bench");
     std::fs::create_dir_all(&out_dir)
         .with_context(|| format!("could not create {}", out_dir.display()))?;
     let stamp = SystemTime::now()
@@ -144,7 +144,7 @@ fn run_all(
     };
     let postgres = url(Kind::Postgres)?;
     let mariadb = url(Kind::Mariadb)?;
-    let sqlite_dir = target_dir(root).join("bench/sqlite");
+    let sqlite_dir = crate::target_dir().join("bench/sqlite");
     std::fs::create_dir_all(&sqlite_dir)
         .with_context(|| format!("could not create {}", sqlite_dir.display()))?;
 
@@ -375,19 +375,6 @@ fn summary(lines: &[Value]) -> String {
         ));
     }
     out
-}
-
-/// The workspace root (xtask lives one level below it).
-fn workspace_root() -> PathBuf {
-    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    manifest.parent().map(Path::to_path_buf).unwrap_or(manifest)
-}
-
-/// The cargo target directory (`CARGO_TARGET_DIR`, else `<root>/target`).
-fn target_dir(root: &Path) -> PathBuf {
-    std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root.join("target"))
 }
 
 #[cfg(test)]

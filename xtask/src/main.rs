@@ -2,7 +2,7 @@
 //!
 //! - `cargo xtask ci [--throwaway-servers]`: format check, clippy with `-D warnings`, docs with
 //!   `-D warnings`, `release-check`, `cargo deny check licenses bans sources` (when cargo-deny is
-//!   installed), all tests.
+//!   installed), all tests, then the fault suite in its short form (`chaos --short`).
 //! - `cargo xtask test [--throwaway-servers] [ARGS…]`: all tests (extra arguments go to
 //!   `cargo test`), with real PostgreSQL and MariaDB servers (see [`servers`]).
 //! - `cargo xtask lint`: format check, clippy and docs only.
@@ -10,10 +10,13 @@
 //!   released (see [`release`]); `cargo xtask release-plan`: the ordered plan for a human.
 //! - `cargo xtask bench [--throwaway-servers] [--peers] [--n N]`: the side-by-side benchmark
 //!   (see [`mod@bench`]).
+//! - `cargo xtask chaos [--throwaway-servers] [--short]`: the fault suite (see [`chaos`]).
+//! - `cargo xtask fuzz [--cases N]`: the fuzz suites (codec, cursor, YAML, env) at length.
 //! - `cargo xtask deny [CHECKS…]`: cargo-deny (see [`deny`]); `cargo xtask install-tools`
 //!   installs it.
 
 mod bench;
+mod chaos;
 mod cleanup;
 mod deny;
 mod mariadb;
@@ -23,6 +26,7 @@ mod servers;
 mod sys;
 mod url;
 
+use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 use std::time::Instant;
 
@@ -35,7 +39,8 @@ const USAGE: &str = "\
 usage: cargo xtask <command> [args]
 
 commands:
-  ci [--throwaway-servers]            lint, release-check, deny (if installed), then test
+  ci [--throwaway-servers]            lint, release-check, deny (if installed), test, then
+                                      chaos --short
   lint                                fmt check, clippy -D warnings, docs -D warnings
   test [--throwaway-servers] [ARGS]   cargo test --workspace [ARGS] against real servers
   release-check [--no-verify] [--no-package]
@@ -48,6 +53,11 @@ commands:
         [--steady-rate N] [--steady-seconds N]
                                       burn-down benchmark on PostgreSQL, MariaDB and SQLite
                                       (--peers: also the Python reference and graphile-worker)
+  chaos [--throwaway-servers] [--short] [--n N] [--only FAULT]
+                                      the fault suite (docs/reliability.md): kill -9, server
+                                      restart, 4 workers, connection kills, cancels, clock skew
+  fuzz [--cases N]                    the proptest fuzz suites with N cases per property
+                                      (default 20000; CI runs them with 256 inside `test`)
   deny [CHECKS]                       cargo deny check (default: licenses bans sources)
   install-tools                       cargo install cargo-deny --locked
   help                                this text
@@ -78,7 +88,11 @@ fn run() -> Result<()> {
             lint()?;
             release::check(&release::CheckOptions::default())?;
             deny::check(&[])?;
-            test(options, &rest)
+            test(options, &rest)?;
+            chaos::run(
+                options,
+                &chaos::ChaosOptions::from_args(&["--short".into()])?,
+            )
         }
         "lint" => {
             if options.throwaway {
@@ -88,6 +102,11 @@ fn run() -> Result<()> {
         }
         "test" => test(options, &rest),
         "bench" => bench::run(options, &bench::BenchOptions::from_args(&rest)?),
+        "chaos" => chaos::run(options, &chaos::ChaosOptions::from_args(&rest)?),
+        "fuzz" => {
+            no_throwaway(&options, &command)?;
+            fuzz(&rest)
+        }
         "release-check" => {
             no_throwaway(&options, &command)?;
             release::check(&release::CheckOptions::from_args(&rest)?)
@@ -113,6 +132,29 @@ fn run() -> Result<()> {
         cleanup::WATCHDOG_COMMAND => cleanup::watchdog(),
         other => bail!("unknown command {other:?}; try `cargo xtask help`"),
     }
+}
+
+/// `cargo xtask fuzz [--cases N]`: the proptest suites of onestep-core and onestep-cli with
+/// `PROPTEST_CASES=N` (release build: minutes, not hours).
+fn fuzz(args: &[String]) -> Result<()> {
+    let cases = match args {
+        [] => "20000".to_string(),
+        [flag, n] if flag == "--cases" && n.parse::<u32>().is_ok_and(|n| n > 0) => n.clone(),
+        _ => bail!("`fuzz` takes `--cases N` (a positive integer), got {args:?}"),
+    };
+    cargo(
+        &[
+            "test",
+            "--release",
+            "-p",
+            "onestep-core",
+            "-p",
+            "onestep-cli",
+            "--test",
+            "fuzz",
+        ],
+        &[("PROPTEST_CASES", &cases)],
+    )
 }
 
 /// Fails when `--throwaway-servers` was given to a command that starts no servers.
@@ -175,6 +217,19 @@ fn test(options: Options, extra: &[String]) -> Result<()> {
         }
         (tested, cleaned) => tested.and(cleaned),
     }
+}
+
+/// The workspace root (the parent of `xtask/`).
+pub fn workspace_root() -> PathBuf {
+    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    manifest.parent().map(Path::to_path_buf).unwrap_or(manifest)
+}
+
+/// The cargo target directory (`CARGO_TARGET_DIR`, else `<root>/target`).
+pub fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join("target"))
 }
 
 /// Runs `cargo <args>` with extra environment variables; fails if it fails.

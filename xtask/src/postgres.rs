@@ -247,3 +247,84 @@ pub fn stop(bin_dir: &Path, data_dir: &Path) -> Result<()> {
         _ => Ok(()),
     }
 }
+
+/// A throwaway cluster owned by one caller (the chaos suite), which may restart it.
+pub struct Throwaway {
+    /// The server binaries.
+    bin_dir: PathBuf,
+    /// The cluster's data directory.
+    data_dir: PathBuf,
+    /// The test role's connection to its own database.
+    url: DbUrl,
+    /// Stops the server and removes its files, even if xtask dies.
+    cleanup: Cleanup,
+}
+
+impl Throwaway {
+    /// Starts a cluster with its files in `dir` (which must not exist yet).
+    pub fn start(dir: &Path) -> Result<Self> {
+        let cleanup = Cleanup::new()?;
+        let started = start_throwaway(dir, sys::is_root()?, &cleanup)?;
+        // PostgreSQL 15 gives no CREATE on `postgres.public` to other roles: a database of the
+        // test role's own.
+        create_database(&started.admin, "onestep_chaos", started.owner.as_deref())?;
+        Ok(Self {
+            bin_dir: bin_dir().context("the PostgreSQL server binaries disappeared")?,
+            data_dir: dir.join("data"),
+            url: started.tests.with_database("onestep_chaos"),
+            cleanup,
+        })
+    }
+
+    /// The connection URL (with its password).
+    pub fn url(&self) -> String {
+        self.url.to_string()
+    }
+
+    /// Stops the server (`-m fast`: every connection is cut), leaves it down for `down`, and
+    /// starts it again on the same port with the same options.
+    pub fn restart(&self, down: std::time::Duration) -> Result<()> {
+        let root = sys::is_root()?;
+        let dir = self.data_dir.parent().unwrap_or(Path::new("/"));
+        // The options it was started with, each double-quoted after the binary's path.
+        let opts_file = self.data_dir.join("postmaster.opts");
+        let opts = std::fs::read_to_string(&opts_file)
+            .with_context(|| format!("could not read {}", opts_file.display()))?;
+        let mut args: Vec<&str> = opts.split('"').skip(1).step_by(2).collect();
+        if let Some(at) = args.iter().position(|a| *a == "-D") {
+            args.drain(at..(at + 2).min(args.len()));
+        }
+        let options = args
+            .iter()
+            .map(|a| format!("'{a}'"))
+            .collect::<Vec<_>>()
+            .join(" ");
+
+        let pg_ctl = self.bin_dir.join("pg_ctl");
+        let mut stop = command_as(SYSTEM_USER, &pg_ctl, root);
+        stop.current_dir(dir)
+            .arg("-D")
+            .arg(&self.data_dir)
+            .args(["-m", "fast", "-w", "-t", "60", "stop"]);
+        sys::run(&mut stop).context("pg_ctl stop failed")?;
+        std::thread::sleep(down);
+        // `-l`: the server must log to its file; on pg_ctl's stdout it would hold our pipe open
+        // forever.
+        let mut start = command_as(SYSTEM_USER, &pg_ctl, root);
+        start
+            .current_dir(dir)
+            .arg("-D")
+            .arg(&self.data_dir)
+            .arg("-l")
+            .arg(dir.join("server.log"))
+            .args(["-w", "-t", "60", "-o", &options, "start"])
+            .process_group(0);
+        sys::run(&mut start).context("pg_ctl start (after the planned outage) failed")?;
+        Ok(())
+    }
+
+    /// Stops the server and removes its files.
+    pub fn stop(self) -> Result<()> {
+        self.cleanup.run()
+    }
+}

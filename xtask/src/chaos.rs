@@ -8,8 +8,9 @@
 //!
 //! Faults, on PostgreSQL, MariaDB and SQLite unless noted:
 //! 1. `kill`: SIGKILL a worker in the middle of a drain, then start a new one.
-//! 2. `restart` (PostgreSQL, on a throwaway server this run controls): restart the server in the
-//!    middle of a drain; the worker keeps running and finishes.
+//! 2. `restart` (PostgreSQL and MariaDB, each a throwaway server this run owns): stop the server
+//!    in the middle of a drain for 8 s and start it again; the worker keeps running and
+//!    finishes, and `onestep serve` answers 200 or 503 throughout.
 //! 3. `contention`: four worker processes drain one table.
 //! 4. `kill-storm` (PostgreSQL, MariaDB): terminate every client connection every 300 ms while
 //!    two workers claim and complete.
@@ -186,7 +187,9 @@ fn run_all(
         }
     }
     if wanted("restart") {
-        reports.push(restart_postgres(bin, onestep, dir, o.n)?);
+        for kind in [Kind::Postgres, Kind::Mariadb] {
+            reports.push(restart_server((bin, onestep), kind, dir, o.n)?);
+        }
     }
     Ok(reports)
 }
@@ -476,16 +479,61 @@ impl Run<'_> {
     }
 }
 
-/// Fault 2: restart a throwaway PostgreSQL in the middle of a drain, with `onestep serve` on
-/// the same tables probed every 100 ms: during the outage it must answer 503 with a detail,
-/// never another 5xx, never hang; afterwards 200 again.
-fn restart_postgres(bin: &Path, onestep: &Path, dir: &Path, n: usize) -> Result<Value> {
-    let server = crate::postgres::Throwaway::start(&dir.join("restart-pg"))?;
+/// A throwaway server this run owns and may restart.
+enum Owned {
+    Postgres(crate::postgres::Throwaway),
+    Mariadb(crate::mariadb::Throwaway),
+}
+
+impl Owned {
+    fn start(kind: Kind, dir: &Path) -> Result<Self> {
+        Ok(match kind {
+            Kind::Postgres => Self::Postgres(crate::postgres::Throwaway::start(dir)?),
+            Kind::Mariadb => Self::Mariadb(crate::mariadb::Throwaway::start(dir)?),
+        })
+    }
+
+    fn url(&self) -> String {
+        match self {
+            Self::Postgres(s) => s.url(),
+            Self::Mariadb(s) => s.url(),
+        }
+    }
+
+    fn restart(&self, down: std::time::Duration) -> Result<()> {
+        match self {
+            Self::Postgres(s) => s.restart(down),
+            Self::Mariadb(s) => s.restart(down),
+        }
+    }
+
+    fn stop(self) -> Result<()> {
+        match self {
+            Self::Postgres(s) => s.stop(),
+            Self::Mariadb(s) => s.stop(),
+        }
+    }
+}
+
+/// Fault 2: restart a throwaway server of `kind` in the middle of a drain, with
+/// `onestep serve` on the same tables probed every 100 ms: during the outage it must answer 503
+/// with a detail, never another 5xx, never hang; afterwards 200 again.
+fn restart_server(
+    (bin, onestep): (&Path, &Path),
+    kind: Kind,
+    dir: &Path,
+    n: usize,
+) -> Result<Value> {
+    let backend = match kind {
+        Kind::Postgres => "postgres",
+        Kind::Mariadb => "mariadb",
+    };
+    let server = Owned::start(kind, &dir.join(format!("restart-{backend}")))?;
     let outcome = (|| {
         let dsn = server.url();
         let run = Run {
             bin,
-            backend: "postgres",
+            backend,
             dsn: &dsn,
         };
         let started = Instant::now();
@@ -503,7 +551,7 @@ fn restart_postgres(bin: &Path, onestep: &Path, dir: &Path, n: usize) -> Result<
         server.restart(std::time::Duration::from_secs(8))?;
         let outage = down.elapsed().as_secs_f64();
         let back = Instant::now();
-        wait_child("work", "postgres", worker)?;
+        wait_child("work", backend, worker)?;
         let recovery = back.elapsed().as_secs_f64();
         let answers = probe.finish()?;
         api.stop();

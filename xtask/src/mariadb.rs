@@ -134,6 +134,16 @@ impl Files {
 
 /// Starts a throwaway server in `dir` (created here) on a free port of 127.0.0.1.
 pub fn start_throwaway(dir: &Path, root: bool, cleanup: &Cleanup) -> Result<Started> {
+    start_throwaway_with_files(dir, root, cleanup).map(|(started, ..)| started)
+}
+
+/// [`start_throwaway`], also returning what a restart needs: the server binary, its files and
+/// its port.
+fn start_throwaway_with_files(
+    dir: &Path,
+    root: bool,
+    cleanup: &Cleanup,
+) -> Result<(Started, PathBuf, Files, u16)> {
     let mariadbd = sys::find_program("mariadbd").context("mariadbd is not installed")?;
     // Needed to see whether the server is up, so checked before starting it.
     client().context("the mariadb client is not installed")?;
@@ -160,7 +170,7 @@ pub fn start_throwaway(dir: &Path, root: bool, cleanup: &Cleanup) -> Result<Star
     .context("could not create the test user")?;
     let version = query(&admin, "SELECT VERSION();")?;
     let version = version.trim().split('-').next().unwrap_or_default();
-    Ok(Started {
+    let started = Started {
         tests: DbUrl::new(
             "mysql",
             TEST_USER,
@@ -172,7 +182,72 @@ pub fn start_throwaway(dir: &Path, root: bool, cleanup: &Cleanup) -> Result<Star
         admin,
         owner: None,
         description: format!("throwaway MariaDB {version}"),
-    })
+    };
+    Ok((started, mariadbd, files, port))
+}
+
+/// A throwaway server owned by one caller (the chaos suite), which may restart it.
+pub struct Throwaway {
+    mariadbd: PathBuf,
+    files: Files,
+    port: u16,
+    root: bool,
+    admin: DbUrl,
+    /// The test user's connection to its own database.
+    url: DbUrl,
+    /// Stops the server (every incarnation) and removes its files, even if xtask dies.
+    cleanup: Cleanup,
+}
+
+impl Throwaway {
+    /// Starts a server with its files in `dir` (which must not exist yet).
+    pub fn start(dir: &Path) -> Result<Self> {
+        let cleanup = Cleanup::new()?;
+        let root = sys::is_root()?;
+        let (started, mariadbd, files, port) = start_throwaway_with_files(dir, root, &cleanup)?;
+        create_database(&started.admin, "onestep_chaos")?;
+        Ok(Self {
+            mariadbd,
+            files,
+            port,
+            root,
+            admin: started.admin,
+            url: started.tests.with_database("onestep_chaos"),
+            cleanup,
+        })
+    }
+
+    /// The connection URL (with its password).
+    pub fn url(&self) -> String {
+        self.url.to_string()
+    }
+
+    /// Shuts the server down (every connection is cut), leaves it down for `down`, and starts
+    /// it again on the same port.
+    pub fn restart(&self, down: Duration) -> Result<()> {
+        let pid_file = self.files.dir.join("mysqld.pid");
+        let pid = std::fs::read_to_string(&pid_file)
+            .ok()
+            .and_then(|text| text.trim().parse::<u32>().ok())
+            .with_context(|| format!("no process id in {}", pid_file.display()))?;
+        stop(&self.admin.to_string(), pid)?;
+        std::thread::sleep(down);
+        serve_on(
+            &self.mariadbd,
+            &self.files,
+            self.root,
+            &self.admin,
+            &self.cleanup,
+            Some(self.port),
+        )
+        .context("could not start MariaDB again after the planned outage")?;
+        Ok(())
+    }
+
+    /// Stops the server and removes its files.
+    pub fn stop(self) -> Result<()> {
+        self.cleanup.run()
+    }
 }
 
 /// Creates the system tables with `mariadb-install-db`.
@@ -202,10 +277,25 @@ fn serve(
     admin: &DbUrl,
     cleanup: &Cleanup,
 ) -> Result<u16> {
+    serve_on(mariadbd, files, root, admin, cleanup, None)
+}
+
+/// [`serve`] on `fixed_port` when given (a restart must come back where its clients look).
+fn serve_on(
+    mariadbd: &Path,
+    files: &Files,
+    root: bool,
+    admin: &DbUrl,
+    cleanup: &Cleanup,
+    fixed_port: Option<u16>,
+) -> Result<u16> {
     let mut attempt = 0;
     loop {
         attempt += 1;
-        let port = sys::free_port()?;
+        let port = match fixed_port {
+            Some(port) => port,
+            None => sys::free_port()?,
+        };
         let mut child = server_command(mariadbd, files, root, port)
             .spawn()
             .with_context(|| format!("could not start {}", mariadbd.display()))?;
@@ -227,7 +317,10 @@ fn serve(
         let tail = || sys::file_tail(&files.log, 20);
         match exited {
             // Another process may have taken the port since we picked it.
-            Some(_) if attempt < 3 && tail().contains("Bind on TCP/IP port") => {}
+            Some(_)
+                if fixed_port.is_none()
+                    && attempt < 3
+                    && tail().contains("Bind on TCP/IP port") => {}
             Some(status) => bail!(
                 "mariadbd exited ({status}); error log ({}):\n{}",
                 files.log.display(),

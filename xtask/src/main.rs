@@ -208,7 +208,15 @@ fn test(options: Options, extra: &[String]) -> Result<()> {
         .iter()
         .map(|(key, value)| (*key, value.as_str()))
         .collect();
-    let tested = cargo(&args, &env);
+    // The passwords of the URLs handed to the tests (throwaway servers have random ones; the
+    // local default servers use trust auth and have none).
+    let secrets: Vec<String> = servers
+        .env()
+        .iter()
+        .filter_map(|(_, url)| url::DbUrl::parse(url).ok()?.password())
+        .filter(|p| !p.is_empty())
+        .collect();
+    let tested = cargo_scanned(&args, &env, &secrets);
     let cleaned = servers.finish();
     match (tested, cleaned) {
         (Err(tests), Err(cleanup)) => {
@@ -217,6 +225,71 @@ fn test(options: Options, extra: &[String]) -> Result<()> {
         }
         (tested, cleaned) => tested.and(cleaned),
     }
+}
+
+/// [`cargo`], with its output passed through line by line and scanned for `secrets` (DSN
+/// passwords): one in the output — a failing test's captured logs, a panic message, anything
+/// printed — fails the run without echoing that line.
+fn cargo_scanned(args: &[&str], env: &[(&str, &str)], secrets: &[String]) -> Result<()> {
+    if secrets.is_empty() {
+        eprintln!(
+            "xtask: the servers use no passwords; the password leak scan has nothing to find"
+        );
+        return cargo(args, env);
+    }
+    let started = Instant::now();
+    eprintln!(
+        "xtask: cargo {} (output scanned for DSN passwords)",
+        args.join(" ")
+    );
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
+    let mut child = Command::new(cargo)
+        .args(args)
+        .envs(env.iter().copied())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .with_context(|| format!("could not start cargo {}", args.join(" ")))?;
+    let leaks = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let pass = |pipe: Box<dyn std::io::Read + Send>, to_stdout: bool| {
+        let secrets = secrets.to_vec();
+        let leaks = leaks.clone();
+        std::thread::spawn(move || {
+            use std::io::{BufRead, Write};
+            for line in std::io::BufReader::new(pipe).lines().map_while(Result::ok) {
+                let line = if secrets.iter().any(|s| line.contains(s.as_str())) {
+                    leaks.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    "xtask: [line withheld: it holds a DSN password]".to_string()
+                } else {
+                    line
+                };
+                let _ = if to_stdout {
+                    writeln!(std::io::stdout(), "{line}")
+                } else {
+                    writeln!(std::io::stderr(), "{line}")
+                };
+            }
+        })
+    };
+    let out = child.stdout.take().map(|p| pass(Box::new(p), true));
+    let err = child.stderr.take().map(|p| pass(Box::new(p), false));
+    let status = child.wait().context("could not wait for cargo")?;
+    for thread in [out, err].into_iter().flatten() {
+        let _ = thread.join();
+    }
+    eprintln!(
+        "xtask: cargo {} finished in {:.1}s",
+        args[0],
+        started.elapsed().as_secs_f64()
+    );
+    let leaked = leaks.load(std::sync::atomic::Ordering::Relaxed);
+    if leaked > 0 {
+        bail!("{leaked} line(s) of the test output held a DSN password");
+    }
+    if !status.success() {
+        bail!("cargo {} failed ({status})", args.join(" "));
+    }
+    Ok(())
 }
 
 /// The workspace root (the parent of `xtask/`).

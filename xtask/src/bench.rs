@@ -3,7 +3,9 @@
 //! Builds the `burndown` example once in release mode, then on every backend (PostgreSQL, MariaDB,
 //! SQLite) submits `--n` executions (one by one with an idempotency key, then again with
 //! `submit_many` in chunks of 1,000) and drains them with one worker process; then offers
-//! `--steady-rate` submits per second for `--steady-seconds` to an idle worker, for pickup latency. With `--peers` it
+//! `--steady-rate` submits per second for `--steady-seconds` to an idle worker, for pickup latency;
+//! then submits `--n` executions over HTTP to `onestep serve` (PostgreSQL and SQLite) from 32
+//! keep-alive connections (the `http_submit` example of onestep-http). With `--peers` it
 //! runs the peer workloads of `bench/peers/run.sh` in the same session, against the same servers:
 //! the Python reference (`onestep` 1.15.0 + `onestep-sql` 0.7.1) on PostgreSQL and MariaDB, and
 //! graphile-worker on PostgreSQL (default settings and batched settings).
@@ -17,7 +19,7 @@ use std::process::Command;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result, bail};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::servers::{Kind, Options, Servers};
 
@@ -38,6 +40,9 @@ pub struct BenchOptions {
     pub steady_rate: usize,
     /// Length of the steady-state runs, in seconds.
     pub steady_seconds: usize,
+    /// When > 0: one more burn-down per backend with this many finished executions of the same
+    /// task already in the table (does the cost grow with history?).
+    pub history: usize,
 }
 
 impl BenchOptions {
@@ -52,6 +57,7 @@ impl BenchOptions {
             batch: 100,
             steady_rate: 1000,
             steady_seconds: 10,
+            history: 0,
         };
         let mut it = args.iter();
         while let Some(flag) = it.next() {
@@ -71,10 +77,11 @@ impl BenchOptions {
                 "--batch" => options.batch = number("--batch")?,
                 "--steady-rate" => options.steady_rate = number("--steady-rate")?,
                 "--steady-seconds" => options.steady_seconds = number("--steady-seconds")?,
+                "--history" => options.history = number("--history")?,
                 "--peers" => options.peers = true,
                 other => bail!(
                     "`bench`: unknown argument {other:?} (expected --n, --reference-n, \
-                     --concurrency, --batch, --steady-rate, --steady-seconds, --peers)"
+                     --concurrency, --batch, --steady-rate, --steady-seconds, --history, --peers)"
                 ),
             }
         }
@@ -91,8 +98,16 @@ pub fn run(server_options: Options, options: &BenchOptions) -> Result<()> {
             "--release",
             "-p",
             "onestep-sql",
+            "-p",
+            "onestep-http",
+            "-p",
+            "onestep-cli",
             "--example",
             "burndown",
+            "--example",
+            "http_submit",
+            "--bin",
+            "onestep",
         ],
         &[],
     )?;
@@ -150,14 +165,21 @@ fn run_all(
 
     let mut lines = Vec::new();
     // (submit batch, steady rate): two burn-downs, then the steady-state run.
-    let modes = [(0usize, 0usize), (1000, 0), (0, options.steady_rate)];
-    for (submit_batch, rate) in modes {
+    let mut modes = vec![
+        (0usize, 0usize, 0usize),
+        (1000, 0, 0),
+        (0, options.steady_rate, 0),
+    ];
+    if options.history > 0 {
+        modes.push((0, 0, options.history));
+    }
+    for (submit_batch, rate, history) in modes {
         for (label, dsn) in [
             ("postgres", postgres.clone()),
             ("mariadb", mariadb.clone()),
             ("sqlite", String::new()),
         ] {
-            let sqlite_file = sqlite_dir.join(format!("bench-{submit_batch}-{rate}.db"));
+            let sqlite_file = sqlite_dir.join(format!("bench-{submit_batch}-{rate}-{history}.db"));
             let dsn = if label == "sqlite" {
                 remove_sqlite(&sqlite_file)?;
                 format!("sqlite://{}?mode=rwc", sqlite_file.display())
@@ -174,6 +196,9 @@ fn run_all(
                 cmd.args(["--rate", &rate.to_string()])
                     .args(["--seconds", &options.steady_seconds.to_string()]);
             }
+            if history > 0 {
+                cmd.args(["--history", &history.to_string()]);
+            }
             let mut line = json_line(cmd, &format!("onestep on {label}"))?;
             if let Value::Object(map) = &mut line {
                 map.insert("system".into(), "onestep (Rust)".into());
@@ -184,6 +209,34 @@ fn run_all(
             if label == "sqlite" {
                 remove_sqlite(&sqlite_file)?;
             }
+        }
+    }
+    // The API path: `onestep serve` taking submits over HTTP from 32 keep-alive connections.
+    let http_submit = crate::target_dir().join("release/examples/http_submit");
+    let onestep = crate::target_dir().join("release/onestep");
+    for (label, dsn) in [("postgres", postgres.clone()), ("sqlite", String::new())] {
+        let sqlite_file = sqlite_dir.join("bench-http.db");
+        let dsn = if label == "sqlite" {
+            remove_sqlite(&sqlite_file)?;
+            format!("sqlite://{}?mode=rwc", sqlite_file.display())
+        } else {
+            dsn
+        };
+        let mut cmd = Command::new(&http_submit);
+        cmd.arg("--onestep")
+            .arg(&onestep)
+            .args(["--dsn", &dsn, "--n", &options.n.to_string()])
+            .args(["--concurrency", "32"]);
+        let mut line = json_line(cmd, &format!("onestep serve on {label} (HTTP submits)"))?;
+        if let Value::Object(map) = &mut line {
+            map.insert("system".into(), "onestep (Rust)".into());
+            map.insert("server".into(), label.into());
+            map.insert("settings".into(), json!({"submit": "HTTP, 32 connections"}));
+        }
+        println!("{line}");
+        lines.push(line);
+        if label == "sqlite" {
+            remove_sqlite(&sqlite_file)?;
         }
     }
     if options.peers {
@@ -319,7 +372,7 @@ fn summary(lines: &[Value]) -> String {
             line.get(key)
                 .and_then(Value::as_f64)
                 .map(|v| format!("{v:.0}"))
-                .unwrap_or_else(|| "?".to_string())
+                .unwrap_or_else(|| "–".to_string())
         };
         let steady = line.get("mode").and_then(Value::as_str) == Some("steady");
         let submit = match line.get("submit_batch").and_then(Value::as_u64) {
@@ -327,7 +380,10 @@ fn summary(lines: &[Value]) -> String {
                 "steady {}/s",
                 line.get("rate").and_then(Value::as_u64).unwrap_or_default()
             ),
-            Some(0) => "one by one".to_string(),
+            Some(0) => match line.get("history").and_then(Value::as_u64) {
+                Some(h) if h > 0 => format!("one by one, {h} finished rows already"),
+                _ => "one by one".to_string(),
+            },
             Some(n) => format!("submit_many({n})"),
             None => line
                 .get("settings")

@@ -481,15 +481,15 @@ impl Run<'_> {
 
 /// A throwaway server this run owns and may restart.
 enum Owned {
-    Postgres(crate::postgres::Throwaway),
-    Mariadb(crate::mariadb::Throwaway),
+    Postgres(Box<crate::postgres::Throwaway>),
+    Mariadb(Box<crate::mariadb::Throwaway>),
 }
 
 impl Owned {
     fn start(kind: Kind, dir: &Path) -> Result<Self> {
         Ok(match kind {
-            Kind::Postgres => Self::Postgres(crate::postgres::Throwaway::start(dir)?),
-            Kind::Mariadb => Self::Mariadb(crate::mariadb::Throwaway::start(dir)?),
+            Kind::Postgres => Self::Postgres(Box::new(crate::postgres::Throwaway::start(dir)?)),
+            Kind::Mariadb => Self::Mariadb(Box::new(crate::mariadb::Throwaway::start(dir)?)),
         })
     }
 

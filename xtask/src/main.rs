@@ -50,7 +50,7 @@ commands:
                                       packages; --no-package: skip packaging)
   release-plan                        the ordered release plan: crate, old -> new version, why
   bench [--throwaway-servers] [--peers] [--n N] [--reference-n N] [--concurrency N] [--batch N]
-        [--steady-rate N] [--steady-seconds N]
+        [--steady-rate N] [--steady-seconds N] [--history N]
                                       burn-down benchmark on PostgreSQL, MariaDB and SQLite
                                       (--peers: also the Python reference and graphile-worker)
   chaos [--throwaway-servers] [--short] [--n N] [--only FAULT]

@@ -9,6 +9,9 @@
 //! Steady mode (`--rate R [--seconds S]`): the worker starts first and goes idle, then R
 //! executions per second are submitted (in 10 ms ticks) for S seconds; the submit→running
 //! percentiles then measure wake-up latency, not backlog.
+//!
+//! `--history N` first puts N finished executions of the same task in the table, to see whether
+//! the cost grows with history.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -31,6 +34,8 @@ struct Args {
     rate: usize,
     /// Steady mode: for how many seconds.
     seconds: usize,
+    /// Finished executions of the same task put in the table before the run (cost vs history).
+    history: usize,
 }
 
 fn args() -> Result<Args, String> {
@@ -42,6 +47,7 @@ fn args() -> Result<Args, String> {
         submit_batch: 0,
         rate: 0,
         seconds: 10,
+        history: 0,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -62,6 +68,7 @@ fn args() -> Result<Args, String> {
             }
             "--rate" => a.rate = value()?.parse().map_err(|e| format!("--rate: {e}"))?,
             "--seconds" => a.seconds = value()?.parse().map_err(|e| format!("--seconds: {e}"))?,
+            "--history" => a.history = value()?.parse().map_err(|e| format!("--history: {e}"))?,
             other => return Err(format!("unknown flag {other}")),
         }
     }
@@ -77,6 +84,52 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     }
     let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
     sorted[i.min(sorted.len() - 1)]
+}
+
+/// Puts `n` finished (`succeeded`) executions of the benchmark's own task in the table: submitted
+/// through the backend (so every index holds them as it would after real use), then finished by
+/// one portable UPDATE (their payload stands in for the result).
+async fn fill_history<D: Dialect>(
+    backend: &SqlExecutionBackend<D>,
+    options: &BackendOptions,
+    ns: &str,
+    n: usize,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let started = Instant::now();
+    for chunk in (0..n).collect::<Vec<_>>().chunks(1000) {
+        let requests = chunk
+            .iter()
+            .map(|i| {
+                ExecutionRequest::new(
+                    ns,
+                    "noop",
+                    json!({"h": i}),
+                    SubmitOptions::default().idempotency_key(format!("h{i}")),
+                )
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        for r in backend.submit_many(requests).await? {
+            r?;
+        }
+    }
+    let pool = backend.connector().pool()?;
+    let mut tx = D::begin(&pool).await?;
+    D::execute(
+        &mut tx,
+        &format!(
+            "UPDATE {} SET status = 'succeeded', result = payload, attempts = 1, \
+             started_at = created_at, finished_at = created_at, version = version + 2",
+            D::quote(&options.table)
+        ),
+        Vec::new(),
+    )
+    .await?;
+    tx.commit().await?;
+    eprintln!(
+        "burndown: {n} finished executions put in the table in {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
 }
 
 async fn run<D: Dialect>(a: Args) -> Result<Value, Box<dyn std::error::Error>> {
@@ -102,6 +155,10 @@ async fn run<D: Dialect>(a: Args) -> Result<Value, Box<dyn std::error::Error>> {
             SubmitOptions::default().idempotency_key(format!("k{i}")),
         )
     };
+
+    if a.history > 0 {
+        fill_history::<D>(&backend, &options, ns, a.history).await?;
+    }
 
     let mut o = ExecutionSourceOptions::new(ns, "noop");
     o.batch_size = a.batch;
@@ -202,16 +259,24 @@ async fn run<D: Dialect>(a: Args) -> Result<Value, Box<dyn std::error::Error>> {
         };
         let page = backend.list(&q).await?;
         for e in &page.items {
-            if let (Some(s), Some(f)) = (e.started_at, e.finished_at) {
+            if let (Some(s), Some(f), true) =
+                (e.started_at, e.finished_at, e.payload.get("i").is_some())
+            {
                 pickup.push((s - e.created_at).as_seconds_f64() * 1000.0);
                 finish.push((f - e.created_at).as_seconds_f64() * 1000.0);
             }
+        }
+        // Newest first: the run's own executions (payload `{"i": …}`) come before history.
+        if pickup.len() >= a.n {
+            break;
         }
         match page.next_cursor {
             Some(c) => cursor = Some(c),
             None => break,
         }
     }
+    pickup.truncate(a.n);
+    finish.truncate(a.n);
     pickup.sort_by(f64::total_cmp);
     finish.sort_by(f64::total_cmp);
     // Leave nothing behind: drop the run's tables (attempts first; they reference executions).
@@ -234,6 +299,7 @@ async fn run<D: Dialect>(a: Args) -> Result<Value, Box<dyn std::error::Error>> {
         "batch": a.batch,
         "submit_batch": a.submit_batch,
         "mode": if steady { "steady" } else { "burn-down" },
+        "history": a.history,
         "rate": a.rate,
         "submit_per_s": (a.n as f64 / submit_s).round(),
         // Steady mode: completions per second over the whole offered period.

@@ -53,6 +53,22 @@ pub trait Dialect: Send + Sync + Sized + 'static {
     /// The clause that locks selected rows and skips rows locked by others (claims).
     const SKIP_LOCKED: &'static str;
 
+    /// A statement that claims a batch in one round trip: it locks ready rows as
+    /// `sql::CLAIM` does, starts them, inserts their attempts and returns the started
+    /// rows (all columns, in claim order). `None` (the default): the state machine selects,
+    /// updates and inserts with three statements, which every dialect can run (MySQL has no
+    /// `UPDATE … RETURNING`; SQLite runs in-process under one database lock, so its statements
+    /// cost no round trips).
+    ///
+    /// Placeholders as in `sql::render`, plus `{claim}` (`sql::CLAIM` selecting
+    /// `e.id`), `{now}` (`sql::NOW_OR_TRANSACTION_TIME`, so only a dialect whose
+    /// [`Dialect::database_now`] is its `CURRENT_TIMESTAMP` may offer one) and `{tasks}`.
+    /// Parameters, in order: namespace, the task names, now, now, limit; the lease tokens and the
+    /// attempt ids (as many as the limit, each list one comma-separated text, paired with the
+    /// locked rows by position); `lease_expires_at` (NULL: now plus the next parameter), now,
+    /// the lease in microseconds, worker id, now, now.
+    const CLAIM_IN_ONE_STATEMENT: Option<&'static str> = None;
+
     /// Quotes a validated identifier (`"name"`, or `` `name` `` on MySQL), as the DDL does.
     fn quote(identifier: &str) -> String {
         format!("\"{identifier}\"")

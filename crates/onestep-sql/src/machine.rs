@@ -102,6 +102,8 @@ struct Statements {
     reclaim: String,
     finish_attempt_by_token: String,
     claim_one_task: String,
+    /// The dialect's one-statement claim of one task, if it has one.
+    claim_one_task_in_one_statement: Option<String>,
     heartbeat: String,
     heartbeat_attempt: String,
     get_running_attempt: String,
@@ -130,6 +132,8 @@ impl Statements {
             reclaim: r(sql::RECLAIM),
             finish_attempt_by_token: r(sql::FINISH_ATTEMPT_BY_TOKEN),
             claim_one_task: r(&sql::CLAIM.replace("{tasks}", "= ?")),
+            claim_one_task_in_one_statement: D::CLAIM_IN_ONE_STATEMENT
+                .map(|t| r(&one_statement_claim(t, "= ?"))),
             heartbeat: r(sql::HEARTBEAT),
             heartbeat_attempt: r(sql::HEARTBEAT_ATTEMPT),
             get_running_attempt: r(sql::GET_RUNNING_ATTEMPT),
@@ -261,6 +265,15 @@ where
 /// A little jitter so retried transactions do not collide again in lock step.
 fn fastrand_micros() -> u64 {
     u64::from(Uuid::new_v4().as_bytes()[0]) * 20
+}
+
+/// A dialect's one-statement claim template with the claim select and its time filled in;
+/// `tasks` is `= ?` or `IN (?, …)`.
+fn one_statement_claim(template: &str, tasks: &str) -> String {
+    template
+        .replace("{claim}", &sql::CLAIM.replace("{cols}", "e.id"))
+        .replace("{now}", sql::NOW_OR_TRANSACTION_TIME)
+        .replace("{tasks}", tasks)
 }
 
 fn later(now: OffsetDateTime, d: Duration) -> OffsetDateTime {
@@ -922,6 +935,28 @@ impl<D: Dialect> SqlExecutionBackend<D> {
         ))
     }
 
+    /// The dialect's one-statement claim for `task_count` task names (`None` where the dialect
+    /// claims in steps), with the dialect's placeholders; for checking its plan with `EXPLAIN`.
+    pub fn claim_in_one_statement_sql(&self, task_count: usize) -> Option<String> {
+        let template = D::CLAIM_IN_ONE_STATEMENT?;
+        if task_count == 1 {
+            return self
+                .inner
+                .statements
+                .claim_one_task_in_one_statement
+                .clone();
+        }
+        let marks = vec!["?"; task_count].join(", ");
+        let t = &self.inner.tables;
+        Some(D::render(&sql::render(
+            &one_statement_claim(template, &format!("IN ({marks})")),
+            &D::quote(&t.executions),
+            &D::quote(&t.attempts),
+            D::FOR_UPDATE,
+            D::SKIP_LOCKED,
+        )))
+    }
+
     /// Whether the running attempt of a lease exists.
     async fn attempt_is_running(
         &self,
@@ -1242,6 +1277,8 @@ impl<D: Dialect> LeasedExecutionBackend for SqlExecutionBackend<D> {
 
 /// The lease operations, each one transaction.
 impl<D: Dialect> SqlExecutionBackend<D> {
+    /// One claim transaction: maintenance when it is due, then the batch, in one statement
+    /// where the dialect has one, else in steps.
     async fn claim_once(
         &self,
         namespace: &str,
@@ -1250,12 +1287,154 @@ impl<D: Dialect> SqlExecutionBackend<D> {
         lease_duration: Duration,
         worker_id: &str,
     ) -> ExecutionResult<Vec<ExecutionLease>> {
+        let worker_id = worker_id.trim();
+        let maintain = self.maintenance_due();
+        if let Some(sql) = self.claim_in_one_statement_sql(task_names.len()) {
+            let claimed = self
+                .claim_in_one_statement(
+                    &sql,
+                    maintain,
+                    namespace,
+                    task_names,
+                    limit,
+                    lease_duration,
+                    worker_id,
+                )
+                .await?;
+            if let Some(leases) = claimed {
+                return Ok(leases);
+            }
+            // A claimed row's stored values do not decode. That transaction rolled back (with
+            // its maintenance); the claim in steps runs both again, fails that row without
+            // starting it and claims the rest.
+        }
+        self.claim_in_steps(
+            maintain,
+            namespace,
+            task_names,
+            limit,
+            lease_duration,
+            worker_id,
+        )
+        .await
+    }
+
+    /// [`Self::claim_once`] with the dialect's one-statement claim `sql`. `None`: a claimed row
+    /// does not decode, and the transaction was rolled back.
+    #[allow(clippy::too_many_arguments)] // the claim's arguments, plus the statement and maintenance
+    async fn claim_in_one_statement(
+        &self,
+        sql: &str,
+        maintain: bool,
+        namespace: &str,
+        task_names: &[String],
+        limit: usize,
+        lease_duration: Duration,
+        worker_id: &str,
+    ) -> ExecutionResult<Option<Vec<ExecutionLease>>> {
         let op = ConnectorOperation::Fetch;
-        let worker_id = worker_id.trim().to_string();
+        let mut tx = self.begin(op).await?;
+        let out: ExecutionResult<_> = async {
+            // The statement reads the transaction's time itself (one round trip fewer); `now` is
+            // bound only when it is known anyway: an injected clock, or read for maintenance.
+            let now = if maintain || self.inner.options.clock.is_some() {
+                let now = self.now(&mut tx, op).await?;
+                if maintain {
+                    self.maintain(&mut tx, now).await?;
+                }
+                Some(now)
+            } else {
+                None
+            };
+            let limit = limit.min(MAX_CLAIM_ROWS);
+            let fresh: Vec<(Uuid, Uuid)> = (0..limit)
+                .map(|_| (Uuid::new_v4(), Uuid::new_v4()))
+                .collect();
+            let list = |pick: fn(&(Uuid, Uuid)) -> Uuid| {
+                fresh
+                    .iter()
+                    .map(|f| pick(f).to_string())
+                    .collect::<Vec<_>>()
+                    .join(",")
+            };
+            let micros = i64::try_from(lease_duration.as_micros()).unwrap_or(i64::MAX);
+            let mut params: Vec<Param> = vec![namespace.into()];
+            params.extend(task_names.iter().map(|t| Param::from(t.trim())));
+            params.extend([
+                now.into(),
+                now.into(),
+                i64::try_from(limit).unwrap_or(1000).into(),
+                list(|f| f.0).into(),
+                list(|f| f.1).into(),
+                now.map(|now| later(now, lease_duration)).into(),
+                now.into(),
+                micros.into(),
+                worker_id.into(),
+                now.into(),
+                now.into(),
+            ]);
+            let rows = D::fetch_executions(&mut tx, sql, params)
+                .await
+                .map_err(db::<D>(op))?;
+            let attempt_ids: std::collections::HashMap<Uuid, Uuid> = fresh.into_iter().collect();
+            let mut leases = Vec::with_capacity(rows.len());
+            for mut row in rows {
+                let Some((lease_token, attempt_id)) = row
+                    .lease_token
+                    .and_then(|t| attempt_ids.get(&t).map(|a| (t, *a)))
+                else {
+                    return Err(ExecutionError::Backend(
+                        format!(
+                            "claim returned execution {} without a lease of its own",
+                            row.id
+                        )
+                        .into(),
+                    ));
+                };
+                // `updated_at` is the transaction's time when `now` was not bound; the lease ends
+                // exactly where the claim in steps puts it.
+                let lease_expires_at = later(now.unwrap_or(row.updated_at), lease_duration);
+                row.lease_expires_at = Some(lease_expires_at);
+                let Ok(execution) = row.to_execution() else {
+                    return Ok(None);
+                };
+                leases.push(ExecutionLease {
+                    execution,
+                    attempt_id,
+                    lease_token,
+                    lease_expires_at,
+                });
+            }
+            Ok(Some(leases))
+        }
+        .await;
+        match out {
+            Ok(None) => {
+                if let Err(rollback) = tx.rollback().await {
+                    tracing::debug!(error = %rollback, "rollback of a claim with an undecodable row failed");
+                }
+                Ok(None)
+            }
+            out => Self::finish(tx, out, op).await,
+        }
+    }
+
+    /// [`Self::claim_once`] in steps: the locking select, one `UPDATE` and one multi-row `INSERT`.
+    async fn claim_in_steps(
+        &self,
+        maintain: bool,
+        namespace: &str,
+        task_names: &[String],
+        limit: usize,
+        lease_duration: Duration,
+        worker_id: &str,
+    ) -> ExecutionResult<Vec<ExecutionLease>> {
+        let op = ConnectorOperation::Fetch;
+        let worker_id = worker_id.to_string();
         let mut tx = self.begin(op).await?;
         let out: ExecutionResult<_> = async {
             let now = self.now(&mut tx, op).await?;
-            if self.maintenance_due() {
+            if maintain {
                 self.maintain(&mut tx, now).await?;
             }
             let mut params: Vec<Param> = vec![namespace.into()];

@@ -44,6 +44,30 @@ pub fn execution_source(
     ExecutionSource::new(backend, options)
 }
 
+/// The batch claim as one statement (River's and graphile-worker's): data-modifying CTEs lock
+/// the ready rows (`{claim}`, with `SKIP LOCKED`), start them and insert their attempts, and the
+/// rows come back in claim order. One round trip and one prepared plan, where the claim in steps
+/// sends a `SELECT` for the time, the locking `SELECT`, an `UPDATE … CASE id …` and a multi-row
+/// `INSERT` (both re-planned for every batch size).
+///
+/// The lease tokens and attempt ids are the caller's `uuid4`s, as in the claim in steps (no
+/// `gen_random_uuid()`, which needs PostgreSQL 13; the DDL is accepted by 9.5+), unnested from
+/// two comma-separated lists and paired with the locked rows by position; `row_number()` numbers
+/// the rows in a CTE of its own because `FOR UPDATE` cannot share a query with a window function.
+const CLAIM_IN_ONE_STATEMENT: &str = "WITH candidates AS ({claim}), \
+numbered AS (SELECT id AS claim_id, row_number() OVER () AS n FROM candidates), \
+fresh AS (SELECT * FROM unnest(string_to_array(?, ',')::uuid[], string_to_array(?, ',')::uuid[]) \
+WITH ORDINALITY AS f(new_token, attempt_id, n)), \
+claimed AS (UPDATE {e} x SET status = 'running', attempts = x.attempts + 1, \
+lease_token = f.new_token, lease_expires_at = COALESCE(?, {now} + ? * INTERVAL '1 microsecond'), \
+worker_id = ?, started_at = COALESCE(x.started_at, {now}), updated_at = {now}, \
+version = x.version + 1 FROM numbered c JOIN fresh f ON f.n = c.n WHERE x.id = c.claim_id \
+RETURNING {cols}, f.attempt_id), \
+started AS (INSERT INTO {a} (id, execution_id, attempt_no, lease_token, worker_id, status, error, \
+started_at, heartbeat_at, finished_at) SELECT attempt_id, id, attempts, lease_token, worker_id, \
+'running', NULL, updated_at, updated_at, NULL FROM claimed) \
+SELECT {cols} FROM claimed ORDER BY available_at, created_at, id";
+
 fn bind(
     q: Query<'_, sqlx::Postgres, PgArguments>,
     param: Param,
@@ -119,6 +143,7 @@ impl Dialect for Postgres {
     const SCHEMA: schema::Dialect = schema::Dialect::Postgres;
     const FOR_UPDATE: &'static str = " FOR UPDATE";
     const SKIP_LOCKED: &'static str = " FOR UPDATE SKIP LOCKED";
+    const CLAIM_IN_ONE_STATEMENT: Option<&'static str> = Some(CLAIM_IN_ONE_STATEMENT);
 
     fn render(sql: &str) -> String {
         numbered_placeholders(sql)

@@ -67,11 +67,19 @@ WHERE id = ? AND version = ? AND lease_token = ? AND status = 'running' AND leas
 pub const FINISH_ATTEMPT_BY_TOKEN: &str = "UPDATE {a} SET status = ?, finished_at = ? WHERE execution_id = ? AND lease_token = ? AND status = 'running'";
 
 /// Ready work of one task, oldest first, skipping rows other workers hold. `{tasks}` is
-/// `= ?` for one task or `IN (?, …)`.
+/// `= ?` for one task or `IN (?, …)`; `{now}` is the claim's time: a `?`, or
+/// [`NOW_OR_TRANSACTION_TIME`] where a dialect's one-statement claim embeds this select
+/// (`Dialect::CLAIM_IN_ONE_STATEMENT`).
 pub const CLAIM: &str = "SELECT {cols} FROM {e} e WHERE e.namespace = ? AND e.task_name {tasks} \
-AND e.status IN ('queued', 'retrying') AND e.available_at <= ? \
-AND (e.expires_at IS NULL OR e.expires_at > ? OR {lease_lost_retry}) \
+AND e.status IN ('queued', 'retrying') AND e.available_at <= {now} \
+AND (e.expires_at IS NULL OR e.expires_at > {now} OR {lease_lost_retry}) \
 ORDER BY e.available_at, e.created_at, e.id LIMIT ?{skip}";
+
+/// `{now}` in a one-statement claim: the bound instant (an injected clock, or the time already
+/// read for maintenance) or, when it is NULL, the transaction's time, which is what the claim in
+/// steps reads with a `SELECT` of its own on a dialect that decides leases by database time.
+pub const NOW_OR_TRANSACTION_TIME: &str =
+    "COALESCE(CAST(? AS TIMESTAMP WITH TIME ZONE), CURRENT_TIMESTAMP)";
 
 /// Renews a live lease.
 pub const HEARTBEAT: &str = "UPDATE {e} SET lease_expires_at = ?, updated_at = ? WHERE id = ? AND lease_token = ? \
@@ -108,6 +116,7 @@ pub const ATTEMPTS: &str = "SELECT {acols} FROM {a} WHERE execution_id = ? ORDER
 /// Fills in table names, column lists and the dialect's lock clauses.
 pub fn render(template: &str, executions: &str, attempts: &str, lock: &str, skip: &str) -> String {
     template
+        .replace("{now}", "?")
         .replace("{lease_lost_retry}", LEASE_LOST_RETRY)
         .replace("{cols}", EXECUTION_COLUMNS)
         .replace("{acols}", ATTEMPT_COLUMNS)

@@ -135,3 +135,84 @@ async fn sessions_run_without_jit() {
         .unwrap();
     assert_eq!(jit, "off");
 }
+
+/// The one-statement claim on database time (no maintenance pass, so `now` is not bound): the
+/// lease it returns is the stored one, and the attempt row starts at the claim's time.
+#[tokio::test]
+async fn a_claim_on_database_time_stores_the_lease_it_returns() {
+    let url = support::postgres_url();
+    let options = onestep_sql::BackendOptions {
+        maintenance_interval: Duration::from_secs(3600),
+        ..live::fresh_options()
+    };
+    let b = PostgresExecutionBackend::new(&url, options).unwrap();
+    assert!(b.claim_in_one_statement_sql(1).is_some());
+    for n in 0..3 {
+        let r = ExecutionRequest::new(
+            "live",
+            "one",
+            serde_json::json!(n),
+            SubmitOptions::default(),
+        )
+        .unwrap();
+        b.submit(r).await.unwrap();
+    }
+    let tasks = vec!["one".to_string()];
+    let lease = Duration::from_millis(30_500);
+    // The first claim runs maintenance (and binds the time it read); the second does not.
+    let first = b.claim("live", &tasks, 1, lease, " w ").await.unwrap();
+    let second = b.claim("live", &tasks, 5, lease, " w ").await.unwrap();
+    assert_eq!((first.len(), second.len()), (1, 2));
+    let pool = b.connector().pool().unwrap();
+    for lease in first.iter().chain(&second) {
+        let sql = format!(
+            "SELECT e.lease_token, e.lease_expires_at, e.updated_at, e.worker_id, e.attempts, \
+             a.id, a.attempt_no, a.lease_token, a.worker_id, a.status, a.started_at, a.heartbeat_at \
+             FROM \"{}\" e JOIN \"{}\" a ON a.execution_id = e.id WHERE e.id = $1",
+            b.tables().executions,
+            b.tables().attempts
+        );
+        type Stored = (
+            uuid::Uuid,
+            time::OffsetDateTime,
+            time::OffsetDateTime,
+            String,
+            i32,
+            uuid::Uuid,
+            i32,
+            uuid::Uuid,
+            String,
+            String,
+            time::OffsetDateTime,
+            time::OffsetDateTime,
+        );
+        let s: Stored = sqlx::query_as(&sql)
+            .bind(lease.execution.id)
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+        assert_eq!((s.0, s.3.as_str(), s.4), (lease.lease_token, "w", 1));
+        assert_eq!(
+            s.1, lease.lease_expires_at,
+            "the stored lease is the returned one"
+        );
+        assert_eq!(s.1 - s.2, time::Duration::milliseconds(30_500));
+        assert_eq!(
+            (s.5, s.6, s.7, s.8.as_str(), s.9.as_str()),
+            (lease.attempt_id, 1, lease.lease_token, "w", "running")
+        );
+        assert_eq!(
+            (s.10, s.11),
+            (s.2, s.2),
+            "the attempt starts at the claim's time"
+        );
+        assert_eq!(lease.execution.attempts, 1);
+        assert_eq!(lease.execution.started_at, Some(s.2));
+    }
+    let order: Vec<i64> = first
+        .iter()
+        .chain(&second)
+        .map(|l| l.execution.payload.as_i64().unwrap())
+        .collect();
+    assert_eq!(order, vec![0, 1, 2], "claimed oldest first");
+}

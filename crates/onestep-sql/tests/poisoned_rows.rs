@@ -8,8 +8,11 @@ use std::time::Duration;
 use onestep_core::execution::{
     ExecutionBackend, ExecutionRequest, ExecutionStatus, LeasedExecutionBackend, SubmitOptions,
 };
+use onestep_sql::postgres::PostgresExecutionBackend;
 use onestep_sql::sqlite::SqliteExecutionBackend;
+use onestep_sql::{Dialect, SqlExecutionBackend};
 use serde_json::json;
+use uuid::Uuid;
 
 #[tokio::test]
 async fn an_undecodable_row_is_failed_and_the_rest_are_claimed() {
@@ -38,13 +41,76 @@ async fn an_undecodable_row_is_failed_and_the_rest_are_claimed() {
         .execute(&pool)
         .await
         .unwrap();
+    claim_fails_only_the_bad_row(&b, bad.id, good.id).await;
+}
+
+/// PostgreSQL claims in one statement; a row that does not decode rolls it back, and the claim in
+/// steps fails that row without starting it.
+#[tokio::test]
+async fn an_undecodable_row_is_failed_unstarted_and_the_rest_are_claimed_on_postgres() {
+    let b = PostgresExecutionBackend::new(&support::postgres_url(), support::live::fresh_options())
+        .unwrap();
+    let bad = b
+        .submit(ExecutionRequest::new("live", "t", json!(1), SubmitOptions::default()).unwrap())
+        .await
+        .unwrap();
+    let good = b
+        .submit(ExecutionRequest::new("live", "t", json!(2), SubmitOptions::default()).unwrap())
+        .await
+        .unwrap();
+    let pool = b.connector().pool().unwrap();
+    let corrupt = format!(
+        "UPDATE \"{}\" SET payload = $1::jsonb WHERE id = $2",
+        b.tables().executions
+    );
+    sqlx::query(&corrupt)
+        .bind(r#"{"$onestep": {"type": "uuid", "value": "not-a-uuid"}}"#)
+        .bind(bad.id)
+        .execute(&pool)
+        .await
+        .unwrap();
+    claim_fails_only_the_bad_row(&b, bad.id, good.id).await;
+    let started = format!(
+        "SELECT e.attempts, e.version, e.started_at IS NULL, \
+         (SELECT COUNT(*) FROM \"{}\" a WHERE a.execution_id = e.id) FROM \"{}\" e WHERE e.id = $1",
+        b.tables().attempts,
+        b.tables().executions
+    );
+    let (attempts, version, never_started, attempt_rows): (i32, i64, bool, i64) =
+        sqlx::query_as(&started)
+            .bind(bad.id)
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        (attempts, version, never_started, attempt_rows),
+        (0, 1, true, 0),
+        "the bad row failed without an attempt"
+    );
+    let (attempts, version, never_started, attempt_rows): (i32, i64, bool, i64) =
+        sqlx::query_as(&started)
+            .bind(good.id)
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        (attempts, version, never_started, attempt_rows),
+        (1, 1, false, 1)
+    );
+}
+
+async fn claim_fails_only_the_bad_row<D: Dialect>(
+    b: &SqlExecutionBackend<D>,
+    bad: Uuid,
+    good: Uuid,
+) {
     let leases = b
         .claim("live", &["t".into()], 10, Duration::from_secs(30), "w")
         .await
         .unwrap();
     assert_eq!(
         leases.iter().map(|l| l.execution.id).collect::<Vec<_>>(),
-        vec![good.id]
+        vec![good]
     );
     let failed = b.stats(Some("live")).await.unwrap();
     assert_eq!(
@@ -56,7 +122,7 @@ async fn an_undecodable_row_is_failed_and_the_rest_are_claimed() {
         1
     );
     assert!(
-        b.get("live", bad.id).await.is_err(),
+        b.get("live", bad).await.is_err(),
         "reading it still reports the decode error"
     );
 }

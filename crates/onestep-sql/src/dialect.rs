@@ -74,6 +74,16 @@ pub trait Dialect: Send + Sync + Sized + 'static {
         format!("\"{identifier}\"")
     }
 
+    /// The column a claim in steps filters its task on, read once when the backend opens:
+    /// `task_name`, or a column that indexes only claimable rows (MySQL/MariaDB's
+    /// [`crate::schema::MYSQL_CLAIM_TASK_COLUMN`], where the table has it).
+    async fn claim_task_column(
+        _pool: &sqlx::Pool<Self::Db>,
+        _tables: &TableNames,
+    ) -> ExecutionResult<&'static str> {
+        Ok("task_name")
+    }
+
     /// Adapts `?` placeholders to the dialect.
     fn render(sql: &str) -> String;
 

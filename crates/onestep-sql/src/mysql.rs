@@ -383,6 +383,22 @@ impl Dialect for MySql {
                 }
             }
         }
+        if outcome.is_ok() {
+            // Also on tables that already existed (created by the reference, or by an older
+            // version): the column is additive and the index is built online.
+            outcome = match has_claim_column(&mut conn, &tables.executions).await {
+                Ok(true) => Ok(()),
+                Ok(false) => match schema::mysql_claim_column_ddl(dialect, tables) {
+                    Ok(alter) => sqlx::query(&alter)
+                        .execute(&mut *conn)
+                        .await
+                        .map(drop)
+                        .map_err(|e| crate::ddl_error::<Self>(tables, e)),
+                    Err(e) => Err(crate::machine::schema_error(e)),
+                },
+                Err(e) => Err(open(e)),
+            };
+        }
         for lock in taken.iter().rev() {
             let released = sqlx::query("SELECT RELEASE_LOCK(?)")
                 .bind(lock)
@@ -394,6 +410,25 @@ impl Dialect for MySql {
             }
         }
         outcome
+    }
+
+    async fn claim_task_column(
+        pool: &sqlx::Pool<sqlx::MySql>,
+        tables: &TableNames,
+    ) -> ExecutionResult<&'static str> {
+        let mut conn = pool.acquire().await.map_err(|e| {
+            ExecutionError::Connector(Self::connector_error(ConnectorOperation::Open, e))
+        })?;
+        let present = has_claim_column(&mut conn, &tables.executions)
+            .await
+            .map_err(|e| {
+                ExecutionError::Connector(Self::connector_error(ConnectorOperation::Open, e))
+            })?;
+        Ok(if present {
+            schema::MYSQL_CLAIM_TASK_COLUMN
+        } else {
+            "task_name"
+        })
     }
 
     fn classify(err: &sqlx::Error) -> ConnectorErrorKind {
@@ -422,6 +457,22 @@ impl Dialect for MySql {
             _ => ConnectorErrorKind::Transient,
         }
     }
+}
+
+/// Whether the executions table has the claim column ([`schema::MYSQL_CLAIM_TASK_COLUMN`]).
+async fn has_claim_column(
+    conn: &mut sqlx::MySqlConnection,
+    executions: &str,
+) -> Result<bool, sqlx::Error> {
+    let found: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM information_schema.columns WHERE table_schema = DATABASE() \
+         AND table_name = ? AND column_name = ?",
+    )
+    .bind(executions)
+    .bind(schema::MYSQL_CLAIM_TASK_COLUMN)
+    .fetch_one(conn)
+    .await?;
+    Ok(found > 0)
 }
 
 #[cfg(test)]

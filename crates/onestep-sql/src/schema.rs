@@ -398,6 +398,37 @@ pub fn object_names(dialect: Dialect, tables: &TableNames) -> ObjectNames {
     }
 }
 
+/// MySQL/MariaDB: the additive generated column that stands in for the partial claim index
+/// they cannot have. It holds `task_name` while the execution is `queued` or `retrying` and NULL
+/// once it is anything else, so its index `(namespace, onestep_claim_task, available_at,
+/// created_at, id)` lets a claim skip finished history instead of walking it. `VIRTUAL`: nothing
+/// is stored in the row, and writers that do not know the column (the Python reference) are
+/// unaffected.
+pub const MYSQL_CLAIM_TASK_COLUMN: &str = "onestep_claim_task";
+
+/// The `ALTER TABLE` that adds [`MYSQL_CLAIM_TASK_COLUMN`] and its index
+/// (`ix_<executions>_claimable`, derived like the other names) to a MySQL/MariaDB executions
+/// table. The names are validated first, because they are pasted into SQL text.
+pub fn mysql_claim_column_ddl(
+    dialect: Dialect,
+    tables: &TableNames,
+) -> Result<String, SchemaError> {
+    tables.validate(dialect)?;
+    let index = derive_object_name(
+        &tables.executions,
+        "ix_",
+        "claimable",
+        dialect.identifier_max_length(),
+    );
+    Ok(format!(
+        "ALTER TABLE `{executions}` ADD COLUMN `{column}` VARCHAR(255) GENERATED ALWAYS AS \
+         (CASE WHEN status IN ('queued', 'retrying') THEN task_name END) VIRTUAL, \
+         ADD INDEX `{index}` (namespace, `{column}`, available_at, created_at, id)",
+        executions = tables.executions,
+        column = MYSQL_CLAIM_TASK_COLUMN,
+    ))
+}
+
 /// Render the `CREATE TABLE IF NOT EXISTS` / `CREATE INDEX IF NOT EXISTS`
 /// statements for `tables`, in execution order (executions table, its
 /// indexes, attempts table, its index), without terminators.

@@ -233,3 +233,94 @@ async fn claim_plan_uses_the_index_without_filesort() {
         "claim plan uses the claim index"
     );
 }
+
+/// MySQL/MariaDB have no partial indexes, so the reference's claim index also holds every
+/// finished row. The additive generated column `onestep_claim_task` (the task while claimable,
+/// NULL otherwise) with its own index keeps claims off history: the claim filters on it, tables
+/// without it (created by the reference, or opened without DDL rights) keep working on
+/// `task_name`, and `auto_create` adds it to them.
+#[tokio::test]
+async fn the_claim_uses_the_generated_claim_column_and_tables_without_it_still_work() {
+    let url = support::mysql_url();
+    let options = live::fresh_options();
+    let b = MySqlExecutionBackend::new(&url, options.clone()).unwrap();
+    b.open().await.unwrap();
+    assert!(
+        b.claim_sql(1).contains("e.onestep_claim_task = ?"),
+        "{}",
+        b.claim_sql(1)
+    );
+    let first = b
+        .submit(request("gen", SubmitOptions::default()))
+        .await
+        .unwrap();
+    let second = b
+        .submit(request("gen", SubmitOptions::default()))
+        .await
+        .unwrap();
+    let claimed = b
+        .claim("live", &["gen".into()], 1, Duration::from_secs(30), "w")
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 1);
+    let pool = b.connector().pool().unwrap();
+    let table = &options.table;
+    let values: Vec<(String, Option<String>)> = sqlx::query_as(&format!(
+        "SELECT status, onestep_claim_task FROM `{table}` ORDER BY status"
+    ))
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        values,
+        vec![
+            ("queued".to_string(), Some("gen".to_string())),
+            ("running".to_string(), None)
+        ]
+    );
+    assert_eq!(claimed[0].execution.id, first.id, "oldest first");
+
+    // A table as the reference creates it: no generated column.
+    let index: String = sqlx::query_scalar(
+        "SELECT index_name FROM information_schema.statistics WHERE table_schema = DATABASE() \
+         AND table_name = ? AND column_name = 'onestep_claim_task'",
+    )
+    .bind(table)
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    sqlx::query(&format!(
+        "ALTER TABLE `{table}` DROP INDEX `{index}`, DROP COLUMN onestep_claim_task"
+    ))
+    .execute(&pool)
+    .await
+    .unwrap();
+    let plain = MySqlExecutionBackend::new(
+        &url,
+        BackendOptions {
+            auto_create: false,
+            ..options.clone()
+        },
+    )
+    .unwrap();
+    plain.open().await.unwrap();
+    assert!(plain.claim_sql(1).contains("e.task_name = ?"));
+    let again = plain
+        .claim("live", &["gen".into()], 5, Duration::from_secs(30), "w")
+        .await
+        .unwrap();
+    assert_eq!(again.len(), 1, "the queued one, claimed on task_name");
+    assert_eq!(again[0].execution.id, second.id);
+
+    // auto_create puts the column back on an existing table.
+    let upgraded = MySqlExecutionBackend::new(&url, options.clone()).unwrap();
+    upgraded.open().await.unwrap();
+    assert!(upgraded.claim_sql(1).contains("e.onestep_claim_task = ?"));
+    let count: i64 = sqlx::query_scalar(&format!(
+        "SELECT COUNT(*) FROM `{table}` WHERE onestep_claim_task IS NOT NULL"
+    ))
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(count, 0, "both executions are running now");
+}

@@ -8,8 +8,9 @@ use std::collections::HashSet;
 
 use onestep_sql::schema::{
     DEFAULT_ATTEMPTS_TABLE, DEFAULT_EXECUTIONS_TABLE, Dialect, ObjectNames, SchemaError,
-    TableNames, derive_object_name, mysql_ddl_lock_name, mysql_family_dialect, object_names,
-    postgres_advisory_lock_key, render_ddl, validate_table_name,
+    TableNames, derive_object_name, mysql_claim_column_ddl, mysql_ddl_lock_name,
+    mysql_family_dialect, object_names, postgres_advisory_lock_key, render_ddl,
+    validate_table_name,
 };
 
 fn pair(executions: &str, attempts: &str) -> TableNames {
@@ -305,6 +306,30 @@ fn mysql_index_and_unique_names_fit_the_limit_and_are_unique_for_max_length_tabl
         index_names.iter().collect::<HashSet<_>>().len(),
         index_names.len()
     );
+}
+
+/// The generated claim column (MySQL/MariaDB only) is one additive `ALTER TABLE`: a `VIRTUAL`
+/// column and an index whose derived name fits the limit and differs from every other name.
+#[test]
+fn mysql_claim_column_ddl_is_additive_and_its_index_name_fits_the_limit() {
+    for dialect in [Dialect::MySql, Dialect::MariaDb] {
+        let tables = pair(&"e".repeat(64), &"a".repeat(64));
+        let alter = mysql_claim_column_ddl(dialect, &tables).unwrap();
+        assert!(alter.starts_with(&format!("ALTER TABLE `{}` ADD COLUMN", "e".repeat(64))));
+        assert!(alter.contains("GENERATED ALWAYS AS (CASE WHEN status IN ('queued', 'retrying') THEN task_name END) VIRTUAL"));
+        let index = alter
+            .split("ADD INDEX `")
+            .nth(1)
+            .and_then(|rest| rest.split('`').next())
+            .unwrap();
+        assert!(!index.is_empty() && index.len() <= 64, "{index}");
+        let names = object_names(dialect, &tables);
+        assert!(!index_and_unique_names(&names).contains(&index));
+        assert!(
+            mysql_claim_column_ddl(dialect, &pair("bad name", "a")).is_err(),
+            "names are validated before they are pasted into SQL"
+        );
+    }
 }
 
 #[test]

@@ -414,4 +414,44 @@ mod tests {
         );
         assert!(parse_instant("yesterday").is_err());
     }
+
+    /// Every statement a worker runs again and again must use an index on SQLite: a table scan
+    /// reads the whole history, and runs under the database's one write lock. (SQLite uses a
+    /// partial index only when the query states the index's predicate itself.)
+    #[tokio::test]
+    async fn repeated_worker_statements_never_scan_the_executions_table() {
+        let pool = sqlx::SqlitePool::connect("sqlite::memory:").await.unwrap();
+        let tables = TableNames::new("t_executions", "t_attempts");
+        for statement in schema::render_ddl(schema::Dialect::Sqlite, &tables).unwrap() {
+            sqlx::query(&statement).execute(&pool).await.unwrap();
+        }
+        let render = |t: &str| crate::sql::render(t, "\"t_executions\"", "\"t_attempts\"", "", "");
+        let statements = [
+            (
+                "claim",
+                render(&crate::sql::CLAIM.replace("{tasks}", "= ?")),
+            ),
+            ("expiry", render(crate::sql::EXPIRE_CANDIDATES)),
+            (
+                "cancel expiry",
+                render(crate::sql::CANCEL_EXPIRY_CANDIDATES),
+            ),
+            ("lease reclaim", render(crate::sql::RECLAIM_CANDIDATES)),
+        ];
+        for (what, sql) in statements {
+            let plan: Vec<String> = sqlx::query(&format!("EXPLAIN QUERY PLAN {sql}"))
+                .fetch_all(&pool)
+                .await
+                .unwrap()
+                .iter()
+                .map(|row| row.get::<String, _>("detail"))
+                .collect();
+            // `SCAN e USING INDEX <partial index>` walks only waiting or leased rows: fine.
+            assert!(
+                plan.iter()
+                    .all(|step| !step.starts_with("SCAN e") || step.contains("USING")),
+                "{what} scans the executions table: {plan:?}"
+            );
+        }
+    }
 }

@@ -16,7 +16,6 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
@@ -127,16 +126,7 @@ pub fn run(server_options: Options, options: &BenchOptions) -> Result<()> {
     let lines = outcome?;
     cleaned?;
 
-    let out_dir = crate::target_dir().join("bench");
-    std::fs::create_dir_all(&out_dir)
-        .with_context(|| format!("could not create {}", out_dir.display()))?;
-    let stamp = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or_default();
-    let file = out_dir.join(format!("{stamp}.jsonl"));
-    let text: String = lines.iter().map(|line| format!("{line}\n")).collect();
-    std::fs::write(&file, text).with_context(|| format!("could not write {}", file.display()))?;
+    let file = crate::write_jsonl("bench", &lines)?;
     println!("\n{}", summary(&lines));
     println!("xtask: results in {}", file.display());
     Ok(())
@@ -149,16 +139,8 @@ fn run_all(
     servers: &Servers,
     options: &BenchOptions,
 ) -> Result<Vec<Value>> {
-    let url = |kind: Kind| -> Result<String> {
-        servers
-            .env()
-            .iter()
-            .find(|(var, _)| *var == kind.url_var())
-            .map(|(_, url)| url.clone())
-            .with_context(|| format!("no {} server was provided", kind.label()))
-    };
-    let postgres = url(Kind::Postgres)?;
-    let mariadb = url(Kind::Mariadb)?;
+    let postgres = servers.url(Kind::Postgres)?;
+    let mariadb = servers.url(Kind::Mariadb)?;
     let sqlite_dir = crate::target_dir().join("bench/sqlite");
     std::fs::create_dir_all(&sqlite_dir)
         .with_context(|| format!("could not create {}", sqlite_dir.display()))?;

@@ -23,7 +23,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
@@ -149,17 +149,9 @@ fn run_all(
     dir: &Path,
     o: &ChaosOptions,
 ) -> Result<Vec<Value>> {
-    let url = |kind: Kind| {
-        servers
-            .env()
-            .iter()
-            .find(|(var, _)| *var == kind.url_var())
-            .map(|(_, url)| url.clone())
-            .with_context(|| format!("no {} server", kind.label()))
-    };
     let backends = [
-        ("postgres", url(Kind::Postgres)?),
-        ("mariadb", url(Kind::Mariadb)?),
+        ("postgres", servers.url(Kind::Postgres)?),
+        ("mariadb", servers.url(Kind::Mariadb)?),
         (
             "sqlite",
             format!("sqlite://{}?mode=rwc", dir.join("chaos.db").display()),
@@ -196,16 +188,7 @@ fn run_all(
 
 /// Prints the table and writes the JSON lines.
 fn finish(reports: &[Value]) -> Result<()> {
-    let out_dir = crate::target_dir().join("chaos");
-    std::fs::create_dir_all(&out_dir)
-        .with_context(|| format!("could not create {}", out_dir.display()))?;
-    let stamp = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or_default();
-    let file = out_dir.join(format!("{stamp}.jsonl"));
-    let text: String = reports.iter().map(|r| format!("{r}\n")).collect();
-    std::fs::write(&file, text).with_context(|| format!("could not write {}", file.display()))?;
+    let file = crate::write_jsonl("chaos", reports)?;
     println!("\n{}", table(reports));
     println!("xtask: every invariant held; results in {}", file.display());
     Ok(())

@@ -292,6 +292,21 @@ fn cargo_scanned(args: &[&str], env: &[(&str, &str)], secrets: &[String]) -> Res
     Ok(())
 }
 
+/// Writes `lines` (one JSON value each) to `target/<dir>/<unix-seconds>.jsonl`; returns the path.
+pub fn write_jsonl(dir: &str, lines: &[serde_json::Value]) -> Result<PathBuf> {
+    let out_dir = target_dir().join(dir);
+    std::fs::create_dir_all(&out_dir)
+        .with_context(|| format!("could not create {}", out_dir.display()))?;
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or_default();
+    let file = out_dir.join(format!("{stamp}.jsonl"));
+    let text: String = lines.iter().map(|line| format!("{line}\n")).collect();
+    std::fs::write(&file, text).with_context(|| format!("could not write {}", file.display()))?;
+    Ok(file)
+}
+
 /// The workspace root (the parent of `xtask/`).
 pub fn workspace_root() -> PathBuf {
     let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));

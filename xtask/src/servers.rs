@@ -281,6 +281,15 @@ impl Servers {
         &self.env
     }
 
+    /// The URL of the fresh database on the server of `kind`.
+    pub fn url(&self, kind: Kind) -> Result<String> {
+        self.env
+            .iter()
+            .find(|(var, _)| *var == kind.url_var())
+            .map(|(_, url)| url.clone())
+            .with_context(|| format!("no {} server was provided", kind.label()))
+    }
+
     /// Drops the databases, stops throwaway servers and removes the temp directory.
     pub fn finish(self) -> Result<()> {
         self.cleanup.run()

@@ -429,6 +429,9 @@ mod tests {
         assert_eq!((o.n, o.reference_n, o.peers), (20_000, 2_000, false));
         let o = BenchOptions::from_args(&args(&["--n", "500", "--peers"])).unwrap();
         assert_eq!((o.n, o.peers), (500, true));
+        assert_eq!(o.history, 0);
+        let o = BenchOptions::from_args(&args(&["--history", "1000000"])).unwrap();
+        assert_eq!(o.history, 1_000_000);
     }
 
     #[test]

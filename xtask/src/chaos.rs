@@ -749,3 +749,70 @@ fn merge(into: &mut Value, from: Value) {
         into.extend(from);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn options_parse_and_bad_ones_name_the_flag() {
+        let o = ChaosOptions::from_args(&args(&["--only", "restart", "--short"])).unwrap();
+        assert_eq!((o.n, o.only.as_deref()), (1_000, Some("restart")));
+        assert_eq!(ChaosOptions::from_args(&[]).unwrap().n, 5_000);
+        let err = ChaosOptions::from_args(&args(&["--only", "flood"])).unwrap_err();
+        assert!(err.to_string().contains("unknown fault \"flood\""), "{err}");
+        let err = ChaosOptions::from_args(&args(&["--n", "0"])).unwrap_err();
+        assert!(
+            err.to_string().contains("--n: expected a positive integer"),
+            "{err}"
+        );
+        let err = ChaosOptions::from_args(&args(&["--fast"])).unwrap_err();
+        assert!(err.to_string().contains("unknown argument"), "{err}");
+    }
+
+    #[test]
+    fn the_api_probe_accepts_only_200_and_503_with_a_detail() {
+        let mut answers = Answers::default();
+        answers.record(Ok((200, "{}".into())));
+        answers.record(Ok((503, r#"{"detail":"store unavailable"}"#.into())));
+        answers.after = Some(Ok((200, "{}".into())));
+        let report = answers.check().unwrap();
+        assert_eq!(
+            (report["api_200"].as_u64(), report["api_503"].as_u64()),
+            (Some(1), Some(1))
+        );
+
+        for wrong in [
+            Ok((500, r#"{"detail":"boom"}"#.to_string())),
+            Ok((503, String::new())),
+            Err("connect: refused".to_string()),
+        ] {
+            let mut answers = Answers::default();
+            answers.record(wrong);
+            answers.after = Some(Ok((200, "{}".into())));
+            assert!(answers.check().is_err());
+        }
+        let answers = Answers {
+            after: Some(Ok((503, r#"{"detail":"x"}"#.into()))),
+            ..Answers::default()
+        };
+        let err = answers.check().unwrap_err();
+        assert!(err.to_string().contains("after the restart"), "{err}");
+    }
+
+    #[test]
+    fn the_table_shows_one_row_per_report() {
+        let report = json!({"backend": "postgres", "fault": "kill -9 mid-drain", "executions": 5000,
+            "injected": "1 SIGKILL", "lost": 0, "succeeded": 5000, "cancelled": 0,
+            "reclaimed_attempts": 10, "duplicated_effects": 6, "recovery_s": 3.44, "total_s": 5.7});
+        let text = table(&[report]);
+        assert!(
+            text.contains("| postgres | kill -9 mid-drain | 5000 | 1 SIGKILL | 0 | 5000 | 0 | 10 | 6 | 3.4 | 5.7 |"),
+            "{text}"
+        );
+    }
+}

@@ -815,11 +815,11 @@ pub async fn version_counts_every_state_change_but_heartbeats<F: BackendFactory>
 /// lost lease, a repeated terminal completion is a replay, an unknown id does not exist.
 pub async fn complete_many_fences_each_completion_on_its_own<F: BackendFactory>(f: &F) {
     let (b, setup) = backend(f).await;
-    for n in 0..5 {
+    for n in 0..6 {
         submit(&b, "batch", json!(n)).await;
     }
-    let leases = claim(&b, "batch", 5, 30.0).await;
-    assert_eq!(leases.len(), 5);
+    let leases = claim(&b, "batch", 6, 30.0).await;
+    assert_eq!(leases.len(), 6);
     let replayed = complete(
         &b,
         &leases[3],
@@ -869,10 +869,31 @@ pub async fn complete_many_fences_each_completion_on_its_own<F: BackendFactory>(
                 uuid::Uuid::new_v4(),
                 ExecutionCompletion::Cancelled,
             ),
+            item(
+                &leases[5],
+                ExecutionCompletion::Succeeded {
+                    result: json!(null),
+                },
+            ),
         ])
         .await
         .unwrap();
-    assert_eq!(results.len(), 6);
+    assert_eq!(results.len(), 7);
+    // What the batch returns is what it stored, field by field (a JSON `null` result included).
+    for (i, result) in results.iter().enumerate() {
+        if let Ok(done) = result {
+            let stored = b.get(NS, done.id).await.unwrap().unwrap();
+            assert_eq!(
+                &stored, done,
+                "completion {i}: stored row differs from the returned one"
+            );
+        }
+    }
+    assert_eq!(
+        results[6].as_ref().unwrap().result,
+        Some(json!(null)),
+        "a JSON null result is stored as JSON null"
+    );
     let ok = results[0].as_ref().unwrap();
     assert_eq!(
         (ok.status, ok.result.clone(), ok.version),

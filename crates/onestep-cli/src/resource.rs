@@ -195,6 +195,13 @@ const EXECUTION_SOURCE_FIELDS: &[FieldDoc] = &[
         "most executions per claim",
     ),
     field(
+        "prefetch",
+        "integer",
+        false,
+        Some("0"),
+        "claimed executions held beyond free slots (short tasks)",
+    ),
+    field(
         "poll_interval_s",
         "number",
         false,
@@ -641,6 +648,9 @@ pub fn source_options(f: &Map<String, Value>) -> ExecutionSourceOptions {
     if let Some(b) = f.get("batch_size").and_then(Value::as_u64) {
         o.batch_size = usize::try_from(b).unwrap_or(usize::MAX);
     }
+    if let Some(p) = f.get("prefetch").and_then(Value::as_u64) {
+        o.prefetch = usize::try_from(p).unwrap_or(usize::MAX);
+    }
     o.poll_interval_s = n("poll_interval_s").unwrap_or(o.poll_interval_s);
     o.lease_duration_s = n("lease_duration_s").unwrap_or(o.lease_duration_s);
     o.heartbeat_interval_s = n("heartbeat_interval_s").unwrap_or(o.heartbeat_interval_s);
@@ -705,6 +715,7 @@ fn validate_execution_source(f: &Map<String, Value>, path: &str, c: &mut Checker
         ),
     }
     c.opt_integer(f, "batch_size", path, 1);
+    c.opt_integer(f, "prefetch", path, 0);
     for k in [
         "poll_interval_s",
         "lease_duration_s",

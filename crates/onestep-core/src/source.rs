@@ -97,6 +97,13 @@ pub trait Source: Resource {
         tokio::time::sleep(max).await;
     }
 
+    /// Hands back what the source holds but has not returned from [`fetch`](Self::fetch) (a
+    /// prefetch buffer of claimed work), so others can take it. The runner calls it whenever it
+    /// stops fetching: on pause and on shutdown. The default holds nothing.
+    async fn return_unstarted(&self) -> Result<()> {
+        Ok(())
+    }
+
     /// Called when a paused task resumes; schedules use it to skip the runs missed while paused.
     fn resume_after_pause(&self) {}
 

@@ -4,7 +4,7 @@
 //! the end. `cargo xtask bench` runs it on every backend, beside the peers.
 //!
 //! `cargo run --release -p onestep-sql --example burndown -- --dsn URL [--n 20000]
-//! [--concurrency 64] [--batch 100] [--submit-batch 0]` (`--submit-batch 0`: one by one).
+//! [--concurrency 64] [--batch 100] [--prefetch 0] [--submit-batch 0]` (`--submit-batch 0`: one by one).
 //!
 //! Steady mode (`--rate R [--seconds S]`): the worker starts first and goes idle, then R
 //! executions per second are submitted (in 10 ms ticks) for S seconds; the submit→running
@@ -29,6 +29,8 @@ struct Args {
     n: usize,
     concurrency: usize,
     batch: usize,
+    /// Claimed executions the source may hold beyond free slots (`ExecutionSourceOptions::prefetch`).
+    prefetch: usize,
     submit_batch: usize,
     /// Steady mode: offered submits per second (0: burn-down).
     rate: usize,
@@ -44,6 +46,7 @@ fn args() -> Result<Args, String> {
         n: 20_000,
         concurrency: 64,
         batch: 100,
+        prefetch: 0,
         submit_batch: 0,
         rate: 0,
         seconds: 10,
@@ -61,6 +64,9 @@ fn args() -> Result<Args, String> {
                     .map_err(|e| format!("--concurrency: {e}"))?
             }
             "--batch" => a.batch = value()?.parse().map_err(|e| format!("--batch: {e}"))?,
+            "--prefetch" => {
+                a.prefetch = value()?.parse().map_err(|e| format!("--prefetch: {e}"))?
+            }
             "--submit-batch" => {
                 a.submit_batch = value()?
                     .parse()
@@ -162,6 +168,7 @@ async fn run<D: Dialect>(a: Args) -> Result<Value, Box<dyn std::error::Error>> {
 
     let mut o = ExecutionSourceOptions::new(ns, "noop");
     o.batch_size = a.batch;
+    o.prefetch = a.prefetch;
     o.poll_interval_s = 0.05;
     o.lease_duration_s = 60.0;
     o.heartbeat_interval_s = 20.0;
@@ -296,6 +303,7 @@ async fn run<D: Dialect>(a: Args) -> Result<Value, Box<dyn std::error::Error>> {
         "n": a.n,
         "concurrency": a.concurrency,
         "batch": a.batch,
+        "prefetch": a.prefetch,
         "submit_batch": a.submit_batch,
         "mode": if steady { "steady" } else { "burn-down" },
         "history": a.history,

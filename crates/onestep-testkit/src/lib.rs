@@ -79,6 +79,8 @@ macro_rules! execution_conformance {
             execution_source_rejects_a_task_with_another_name,
             execution_source_fetch_carries_correlation_meta,
             source_release_unstarted_returns_claims_to_the_queue,
+            source_prefetch_holds_claims_and_hands_them_back,
+            worker_with_prefetch_hands_back_its_buffer_at_shutdown,
             worker_that_loses_its_lease_stops_and_a_new_attempt_finishes,
             idle_workers_wake_up_on_submit,
         );

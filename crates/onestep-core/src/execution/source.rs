@@ -65,6 +65,15 @@ pub struct ExecutionSourceOptions {
     pub task_names: Vec<String>,
     /// The most executions one claim takes (default 100).
     pub batch_size: usize,
+    /// How many claimed executions the source may hold beyond what its runner asked for
+    /// (default 0: claim only for free slots, as the reference does). With a prefetch buffer a
+    /// busy runner finds its next executions already claimed when slots free up, so short tasks
+    /// do not wait a claim round trip; a claim still takes at most `batch_size`. Buffered
+    /// executions are leased to this worker and run by nobody else until started or handed
+    /// back: one still unstarted after `heartbeat_interval_s` is handed back (it is queued
+    /// again, claimable at once, its attempt counted), and the runner hands the whole buffer
+    /// back when it pauses or stops. Use it for short tasks; keep 0 for long ones.
+    pub prefetch: usize,
     /// Seconds between claims when nothing is ready (default 1).
     pub poll_interval_s: f64,
     /// Seconds a lease lasts unless renewed (default 90).
@@ -82,6 +91,7 @@ impl ExecutionSourceOptions {
             namespace: namespace.into(),
             task_names: vec![task_name.into()],
             batch_size: 100,
+            prefetch: 0,
             poll_interval_s: 1.0,
             lease_duration_s: 90.0,
             heartbeat_interval_s: 30.0,
@@ -106,6 +116,12 @@ impl ExecutionSourceOptions {
         text("task_names", &self.task_names[0], 255).map_err(|e| requalify(e, prefix))?;
         if self.batch_size < 1 {
             return Err(invalid("batch_size", "must be >= 1, got 0".into()));
+        }
+        if self.prefetch > MAX_PREFETCH {
+            return Err(invalid(
+                "prefetch",
+                format!("must be <= {MAX_PREFETCH}, got {}", self.prefetch),
+            ));
         }
         for (name, value) in [
             ("poll_interval_s", self.poll_interval_s),
@@ -168,7 +184,12 @@ pub struct ExecutionSource<B> {
     options: ExecutionSourceOptions,
     name: String,
     completer: OnceLock<Completer>,
+    /// Claimed, not yet handed to the runner (`options.prefetch`), with when each was claimed.
+    prefetched: Mutex<std::collections::VecDeque<(ExecutionLease, std::time::Instant)>>,
 }
+
+/// The largest prefetch buffer ([`ExecutionSourceOptions::prefetch`]).
+pub const MAX_PREFETCH: usize = 10_000;
 
 /// The most completions one batch carries.
 const COMPLETION_BATCH: usize = 256;
@@ -186,39 +207,83 @@ struct Completer {
     _task: AbortOnDropHandle<()>,
 }
 
+/// How many completion batches one source writes at the same time. A batch is one transaction
+/// and one commit; while one waits for its commit the next can be on its way, so handlers that
+/// finish during a write do not wait for it before theirs starts.
+const COMPLETION_WRITERS: usize = 2;
+
 /// Writes completions in batches: waits for one, lets the other in-flight completions arrive,
-/// takes up to [`COMPLETION_BATCH`], and completes them with one `complete_many`. Each
-/// completion keeps its own lease fencing; only the transaction and the commit are shared.
-async fn completion_loop<B: LeasedExecutionBackend>(
+/// takes up to [`COMPLETION_BATCH`], and completes them with one `complete_many`, with up to
+/// [`COMPLETION_WRITERS`] batches in flight (distinct executions: their row locks never meet).
+/// Each completion keeps its own lease fencing; only the transaction and the commit are shared.
+/// When the queue closes, what is queued is written and every batch in flight finishes.
+async fn completion_loop<B: LeasedExecutionBackend + Clone + 'static>(
     backend: B,
     mut jobs: tokio::sync::mpsc::UnboundedReceiver<CompletionJob>,
 ) {
-    while let Some(first) = jobs.recv().await {
-        let mut batch = vec![first];
-        tokio::task::yield_now().await;
-        while batch.len() < COMPLETION_BATCH {
+    let mut writing = tokio::task::JoinSet::new();
+    let mut batch: Vec<CompletionJob> = Vec::new();
+    let mut open = true;
+    while open || !batch.is_empty() {
+        if batch.is_empty() {
+            tokio::select! {
+                job = jobs.recv() => match job {
+                    Some(job) => batch.push(job),
+                    None => open = false,
+                },
+                Some(_) = writing.join_next(), if !writing.is_empty() => {}
+            }
+            if batch.is_empty() {
+                continue;
+            }
+            // Let the other completions of this burst arrive.
+            tokio::task::yield_now().await;
+        }
+        while open && batch.len() < COMPLETION_BATCH {
             match jobs.try_recv() {
                 Ok(job) => batch.push(job),
-                Err(_) => break,
+                Err(tokio::sync::mpsc::error::TryRecvError::Empty) => break,
+                Err(tokio::sync::mpsc::error::TryRecvError::Disconnected) => open = false,
             }
         }
-        let items = batch
-            .iter()
-            .map(|j| (j.ids.0, j.ids.1, j.ids.2, j.completion.clone()))
-            .collect();
-        match backend.complete_many(items).await {
-            Ok(results) if results.len() == batch.len() => {
-                for (job, result) in batch.into_iter().zip(results) {
-                    let _ = job.reply.send(result);
-                }
+        if writing.len() >= COMPLETION_WRITERS {
+            // Every writer is busy: keep gathering until one is free.
+            tokio::select! {
+                _ = writing.join_next() => {}
+                job = jobs.recv(), if open && batch.len() < COMPLETION_BATCH => match job {
+                    Some(job) => batch.push(job),
+                    None => open = false,
+                },
             }
-            _ => {
-                for job in batch {
-                    let (e, a, t) = job.ids;
-                    let _ = job
-                        .reply
-                        .send(backend.complete(e, a, t, job.completion).await);
-                }
+            continue;
+        }
+        writing.spawn(write_completions(
+            backend.clone(),
+            std::mem::take(&mut batch),
+        ));
+    }
+    while writing.join_next().await.is_some() {}
+}
+
+/// Writes one batch of completions and answers each; if the batch fails as a whole, each
+/// completion is written on its own so it gets its own answer.
+async fn write_completions<B: LeasedExecutionBackend>(backend: B, batch: Vec<CompletionJob>) {
+    let items = batch
+        .iter()
+        .map(|j| (j.ids.0, j.ids.1, j.ids.2, j.completion.clone()))
+        .collect();
+    match backend.complete_many(items).await {
+        Ok(results) if results.len() == batch.len() => {
+            for (job, result) in batch.into_iter().zip(results) {
+                let _ = job.reply.send(result);
+            }
+        }
+        _ => {
+            for job in batch {
+                let (e, a, t) = job.ids;
+                let _ = job
+                    .reply
+                    .send(backend.complete(e, a, t, job.completion).await);
             }
         }
     }
@@ -241,6 +306,7 @@ impl<B: LeasedExecutionBackend + Clone + 'static> ExecutionSource<B> {
             options,
             name,
             completer: OnceLock::new(),
+            prefetched: Mutex::new(std::collections::VecDeque::new()),
         })
     }
 
@@ -267,6 +333,55 @@ impl<B: LeasedExecutionBackend + Clone + 'static> ExecutionSource<B> {
             })
             .jobs
             .clone()
+    }
+
+    fn buffer(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::VecDeque<(ExecutionLease, std::time::Instant)>>
+    {
+        // A panic while the lock was held cannot leave the queue half-changed.
+        self.prefetched
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Takes up to `limit` prefetched leases, oldest first, and every buffered lease claimed more
+    /// than a heartbeat interval ago (stale: to hand back, not to start).
+    fn take_prefetched(&self, limit: usize) -> (Vec<ExecutionLease>, Vec<ExecutionLease>) {
+        let fresh_for = Duration::from_secs_f64(self.options.heartbeat_interval_s);
+        let mut buffer = self.buffer();
+        let (mut take, mut stale) = (Vec::new(), Vec::new());
+        while let Some((lease, claimed_at)) = buffer.pop_front() {
+            if claimed_at.elapsed() > fresh_for {
+                stale.push(lease);
+            } else if take.len() < limit {
+                take.push(lease);
+            } else {
+                buffer.push_front((lease, claimed_at));
+                break;
+            }
+        }
+        (take, stale)
+    }
+
+    /// Hands claimed, unstarted executions back (each is queued again, claimable at once).
+    async fn hand_back(&self, leases: Vec<ExecutionLease>) {
+        for lease in leases {
+            if let Err(err) = self
+                .backend
+                .release(lease.execution.id, lease.attempt_id, lease.lease_token)
+                .await
+            {
+                tracing::warn!(source = %self.name, execution_id = %lease.execution.id, error = %err, "could not hand back a prefetched execution; its lease will expire");
+            }
+        }
+    }
+
+    fn deliveries(&self, leases: Vec<ExecutionLease>) -> Vec<Box<dyn Delivery>> {
+        leases
+            .into_iter()
+            .map(|lease| Box::new(self.delivery(lease)) as Box<dyn Delivery>)
+            .collect()
     }
 
     fn delivery(&self, lease: ExecutionLease) -> ExecutionDelivery<B> {
@@ -320,12 +435,19 @@ impl<B: LeasedExecutionBackend + Clone + 'static> Resource for ExecutionSource<B
 impl<B: LeasedExecutionBackend + Clone + 'static> Source for ExecutionSource<B> {
     async fn fetch(&self, limit: usize) -> Result<Vec<Box<dyn Delivery>>> {
         let limit = limit.clamp(1, self.options.batch_size);
-        let leases = self
+        let (mut leases, stale) = self.take_prefetched(limit);
+        self.hand_back(stale).await;
+        if leases.len() == limit {
+            return Ok(self.deliveries(leases));
+        }
+        // Claim what the runner still wants plus what refills the buffer, at most a batch.
+        let want = (limit - leases.len() + self.options.prefetch).min(self.options.batch_size);
+        let claimed = self
             .backend
             .claim(
                 &self.options.namespace,
                 &self.options.task_names,
-                limit,
+                want,
                 Duration::from_secs_f64(self.options.lease_duration_s),
                 &self.options.worker_id,
             )
@@ -339,11 +461,28 @@ impl<B: LeasedExecutionBackend + Clone + 'static> Source for ExecutionSource<B> 
                     Error::Connector(c)
                 }
                 other => other.into(),
-            })?;
-        Ok(leases
-            .into_iter()
-            .map(|lease| Box::new(self.delivery(lease)) as Box<dyn Delivery>)
-            .collect())
+            });
+        let claimed = match claimed {
+            Ok(claimed) => claimed,
+            // What came from the buffer is claimed already: run it, report the error next time.
+            Err(err) if leases.is_empty() => return Err(err),
+            Err(err) => {
+                tracing::warn!(source = %self.name, error = %err, "claim failed; running the prefetched executions");
+                Vec::new()
+            }
+        };
+        let mut claimed = claimed.into_iter();
+        let missing = limit - leases.len();
+        leases.extend(claimed.by_ref().take(missing));
+        let now = std::time::Instant::now();
+        self.buffer().extend(claimed.map(|lease| (lease, now)));
+        Ok(self.deliveries(leases))
+    }
+
+    async fn return_unstarted(&self) -> Result<()> {
+        let buffered: Vec<ExecutionLease> = self.buffer().drain(..).map(|(l, _)| l).collect();
+        self.hand_back(buffered).await;
+        Ok(())
     }
 
     fn batch_size(&self) -> usize {
@@ -385,6 +524,7 @@ impl<B: LeasedExecutionBackend + Clone + 'static> Source for ExecutionSource<B> 
         m.insert("namespace".into(), Value::from(o.namespace.clone()));
         m.insert("task_names".into(), json!(o.task_names));
         m.insert("batch_size".into(), Value::from(o.batch_size));
+        m.insert("prefetch".into(), Value::from(o.prefetch));
         m.insert("poll_interval_s".into(), Value::from(o.poll_interval_s));
         m.insert("lease_duration_s".into(), Value::from(o.lease_duration_s));
         m.insert(

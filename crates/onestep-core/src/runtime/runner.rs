@@ -61,6 +61,7 @@ impl Runner {
         let mut control = self.control.state.subscribe();
         self.control.set_status(self.task(), RunnerStatus::Running);
         let result = self.fetch_loop(&mut control).await;
+        self.return_unstarted().await;
         self.finish().await;
         self.control.set_status(self.task(), RunnerStatus::Stopped);
         result
@@ -177,6 +178,7 @@ impl Runner {
     /// Waits for in-flight work, reports Parked, and waits until fetching may resume or shutdown.
     async fn park(&mut self, control: &mut watch::Receiver<ControlState>) {
         let task = self.rt.task_name.clone();
+        self.return_unstarted().await;
         while !self.inflight.is_empty() {
             tokio::select! {
                 done = self.inflight.join_next() => if let Some(done) = done { log_join(&task, done) },
@@ -192,6 +194,13 @@ impl Runner {
         if !control.borrow().shutdown {
             self.source.resume_after_pause();
             self.control.set_status(&task, RunnerStatus::Running);
+        }
+    }
+
+    /// Lets the source hand back work it claimed ahead and never returned.
+    async fn return_unstarted(&self) {
+        if let Err(err) = self.source.return_unstarted().await {
+            tracing::error!(task = %self.rt.task_name, error = %err, "could not hand back prefetched deliveries");
         }
     }
 

@@ -564,6 +564,121 @@ pub async fn source_release_unstarted_returns_claims_to_the_queue<F: BackendFact
     );
 }
 
+/// How many of `ids` have `status` now.
+async fn count_status<B: ExecutionBackend>(b: &B, ids: &[Uuid], status: ExecutionStatus) -> usize {
+    let mut n = 0;
+    for id in ids {
+        if b.get(NS, *id).await.unwrap().unwrap().status == status {
+            n += 1;
+        }
+    }
+    n
+}
+
+/// A prefetch buffer claims ahead (at most a batch per claim), serves later fetches without a
+/// claim, hands back what is stale (older than a heartbeat interval) before claiming again, and
+/// hands back everything on `return_unstarted`.
+pub async fn source_prefetch_holds_claims_and_hands_them_back<F: BackendFactory>(f: &F) {
+    let (b, _) = backend(f).await;
+    let mut ids = Vec::new();
+    for n in 0..10 {
+        ids.push(submit(&b, "t", json!(n)).await.id);
+    }
+    let mut o = options("t");
+    o.batch_size = 10;
+    o.prefetch = 5;
+    o.heartbeat_interval_s = 5.0;
+    let source = ExecutionSource::new(b.clone(), o.clone()).unwrap();
+    assert_eq!(source.fetch(2).await.unwrap().len(), 2);
+    assert_eq!(
+        count_status(&b, &ids, ExecutionStatus::Running).await,
+        7,
+        "two handed out and five buffered"
+    );
+    assert_eq!(source.fetch(3).await.unwrap().len(), 3);
+    assert_eq!(
+        count_status(&b, &ids, ExecutionStatus::Running).await,
+        7,
+        "served from the buffer without a claim"
+    );
+    source.return_unstarted().await.unwrap();
+    assert_eq!(count_status(&b, &ids, ExecutionStatus::Running).await, 5);
+    assert_eq!(count_status(&b, &ids, ExecutionStatus::Queued).await, 5);
+
+    o.heartbeat_interval_s = 0.05;
+    let quick = ExecutionSource::new(b.clone(), o).unwrap();
+    assert_eq!(quick.fetch(1).await.unwrap().len(), 1);
+    assert_eq!(count_status(&b, &ids, ExecutionStatus::Queued).await, 0);
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let again = quick.fetch(1).await.unwrap();
+    assert_eq!(again.len(), 1);
+    assert!(
+        again[0].envelope().attempts >= 1,
+        "the stale buffer was handed back and claimed again as a new attempt"
+    );
+    quick.return_unstarted().await.unwrap();
+    assert_eq!(count_status(&b, &ids, ExecutionStatus::Running).await, 7);
+    assert_eq!(count_status(&b, &ids, ExecutionStatus::Queued).await, 3);
+}
+
+/// A worker with a prefetch buffer finishes everything, and when it stops, what it claimed ahead
+/// and never started goes back to the queue (nothing is left `running`).
+pub async fn worker_with_prefetch_hands_back_its_buffer_at_shutdown<F: BackendFactory>(f: &F) {
+    let (b, _) = backend(f).await;
+    let mut ids = Vec::new();
+    for n in 0..20 {
+        ids.push(submit(&b, "slow", json!(n)).await.id);
+    }
+    let mut o = options("slow");
+    o.batch_size = 10;
+    o.prefetch = 8;
+    o.heartbeat_interval_s = 5.0;
+    let started = Arc::new(AtomicUsize::new(0));
+    let counter = started.clone();
+    let app = OneStepApp::builder("prefetching")
+        .task(
+            Task::new("slow")
+                .source(Arc::new(ExecutionSource::new(b.clone(), o).unwrap()))
+                .concurrency(2)
+                .handler(move |_ctx: TaskContext, v: Value| {
+                    let counter = counter.clone();
+                    async move {
+                        counter.fetch_add(1, Ordering::SeqCst);
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                        Ok::<_, TaskError>(v)
+                    }
+                }),
+        )
+        .build()
+        .unwrap();
+    let running = Running::start(app);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    while started.load(Ordering::SeqCst) < 4 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the worker starts work"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    running.stop().await;
+    let succeeded = count_status(&b, &ids, ExecutionStatus::Succeeded).await;
+    let queued = count_status(&b, &ids, ExecutionStatus::Queued).await;
+    assert_eq!(
+        count_status(&b, &ids, ExecutionStatus::Running).await,
+        0,
+        "nothing claimed ahead is left running"
+    );
+    assert_eq!(
+        succeeded + queued,
+        20,
+        "every execution either finished or went back"
+    );
+    assert!(
+        (4..20).contains(&succeeded),
+        "stopped midway: {succeeded} succeeded"
+    );
+}
+
 /// A worker whose lease expires stops its handler; the next claim reclaims the execution as a new
 /// attempt that finishes it.
 pub async fn worker_that_loses_its_lease_stops_and_a_new_attempt_finishes<F: BackendFactory>(

@@ -279,6 +279,18 @@ fn one_statement_claim(template: &str, tasks: &str) -> String {
         .replace("{tasks}", tasks)
 }
 
+/// A new execution or attempt id: a time-ordered UUIDv7 (monotonic within the process).
+///
+/// Ids are opaque to the reference and to users, but their order matters to the tables' primary
+/// keys: MySQL/MariaDB store rows in primary-key order, so random (v4) ids put every new row on a
+/// random page of the whole table, and once the table outgrows the buffer pool each insert,
+/// claim and completion reads a page from disk. Time-ordered ids keep new rows, the ones a queue
+/// works on, together at the end (on PostgreSQL: in the primary-key index). Lease tokens stay
+/// random (v4): they are the fence, not a key.
+fn new_row_id() -> Uuid {
+    Uuid::now_v7()
+}
+
 fn later(now: OffsetDateTime, d: Duration) -> OffsetDateTime {
     now.checked_add(time::Duration::try_from(d).unwrap_or(time::Duration::MAX))
         .unwrap_or(now)
@@ -572,7 +584,7 @@ impl<D: Dialect> SqlExecutionBackend<D> {
         let op = ConnectorOperation::Send;
         let mut tx = self.begin(op).await?;
         let now = self.now(&mut tx, op).await?;
-        let row = ExecutionRow::queued(&request, encoded, Uuid::new_v4(), now);
+        let row = ExecutionRow::queued(&request, encoded, new_row_id(), now);
         let inserted = D::execute(
             &mut tx,
             &self.inner.statements.insert,
@@ -770,7 +782,7 @@ impl<D: Dialect> SqlExecutionBackend<D> {
                     }
                     batch_keys.insert(scope, index);
                 }
-                let row = ExecutionRow::queued(request, encoded, Uuid::new_v4(), now);
+                let row = ExecutionRow::queued(request, encoded, new_row_id(), now);
                 fresh.push((index, row));
                 results.push(None);
             }
@@ -824,7 +836,18 @@ impl<D: Dialect> SqlExecutionBackend<D> {
             &self.inner.last_expiry_sweep,
             self.inner.options.expiry_sweep_interval,
         ) {
-            D::fetch_candidates(tx, &s.expire_candidates, vec![now.into(), batch.into()])
+            // Where the table has a column that is non-NULL only while claimable, the sweep
+            // reads that column's index instead of every row (MySQL/MariaDB).
+            let sweep = match self.inner.claim_task_column.get() {
+                Some(&column) if column != "task_name" => {
+                    std::borrow::Cow::Owned(s.expire_candidates.replace(
+                        "WHERE e.status IN",
+                        &format!("WHERE e.{column} IS NOT NULL AND e.status IN"),
+                    ))
+                }
+                _ => std::borrow::Cow::Borrowed(&s.expire_candidates),
+            };
+            D::fetch_candidates(tx, &sweep, vec![now.into(), batch.into()])
                 .await
                 .map_err(db::<D>(op))?
         } else {
@@ -1362,9 +1385,8 @@ impl<D: Dialect> SqlExecutionBackend<D> {
                 None
             };
             let limit = limit.min(MAX_CLAIM_ROWS);
-            let fresh: Vec<(Uuid, Uuid)> = (0..limit)
-                .map(|_| (Uuid::new_v4(), Uuid::new_v4()))
-                .collect();
+            let fresh: Vec<(Uuid, Uuid)> =
+                (0..limit).map(|_| (Uuid::new_v4(), new_row_id())).collect();
             let list = |pick: fn(&(Uuid, Uuid)) -> Uuid| {
                 fresh
                     .iter()
@@ -1505,7 +1527,7 @@ impl<D: Dialect> SqlExecutionBackend<D> {
             let mut insert_params: Vec<Param> = Vec::with_capacity(rows.len() * 7);
             let mut leases = Vec::with_capacity(rows.len());
             for mut row in rows.clone() {
-                let attempt_id = Uuid::new_v4();
+                let attempt_id = new_row_id();
                 let lease_token = Uuid::new_v4();
                 start_params.extend([row.id.into(), lease_token.into()]);
                 row.status = ExecutionStatus::Running;

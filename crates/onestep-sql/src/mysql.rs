@@ -386,18 +386,59 @@ impl Dialect for MySql {
         if outcome.is_ok() {
             // Also on tables that already existed (created by the reference, or by an older
             // version): the column is additive and the index is built online.
-            outcome = match has_claim_column(&mut conn, &tables.executions).await {
-                Ok(true) => Ok(()),
-                Ok(false) => match schema::mysql_claim_column_ddl(dialect, tables) {
+            // The column and its indexes; an index from an older version (the claim index
+            // without `status`, no expiry index) is rebuilt: see `schema::MYSQL_CLAIM_INDEX_COLUMNS`.
+            let mut alters = Vec::new();
+            match has_claim_column(&mut conn, &tables.executions).await {
+                Ok(false) => {
+                    // An index left by a dropped column keeps its name (MariaDB drops only the
+                    // column from it): drop it before the column and its indexes are added.
+                    for (suffix, _) in schema::MYSQL_CLAIM_COLUMN_INDEXES {
+                        let name = schema::mysql_claim_index_name(dialect, tables, suffix);
+                        match index_columns(&mut conn, &tables.executions, &name).await {
+                            Ok(columns) if columns.is_empty() => {}
+                            Ok(_) => alters.push(Ok(format!(
+                                "ALTER TABLE `{}` DROP INDEX `{name}`",
+                                tables.executions
+                            ))),
+                            Err(e) => outcome = Err(open(e)),
+                        }
+                    }
+                    alters.push(schema::mysql_claim_column_ddl(dialect, tables));
+                }
+                Ok(true) => {
+                    for index in schema::MYSQL_CLAIM_COLUMN_INDEXES {
+                        let name = schema::mysql_claim_index_name(dialect, tables, index.0);
+                        match index_columns(&mut conn, &tables.executions, &name).await {
+                            Ok(columns) if columns == index.1 => {}
+                            Ok(columns) => alters.push(schema::mysql_claim_index_ddl(
+                                dialect,
+                                tables,
+                                index,
+                                !columns.is_empty(),
+                            )),
+                            Err(e) => {
+                                outcome = Err(open(e));
+                                break;
+                            }
+                        }
+                    }
+                }
+                Err(e) => outcome = Err(open(e)),
+            }
+            for alter in alters {
+                if outcome.is_err() {
+                    break;
+                }
+                outcome = match alter {
                     Ok(alter) => sqlx::query(&alter)
                         .execute(&mut *conn)
                         .await
                         .map(drop)
                         .map_err(|e| crate::ddl_error::<Self>(tables, e)),
                     Err(e) => Err(crate::machine::schema_error(e)),
-                },
-                Err(e) => Err(open(e)),
-            };
+                };
+            }
         }
         for lock in taken.iter().rev() {
             let released = sqlx::query("SELECT RELEASE_LOCK(?)")
@@ -473,6 +514,23 @@ async fn has_claim_column(
     .fetch_one(conn)
     .await?;
     Ok(found > 0)
+}
+
+/// The columns of index `index` on `executions`, in index order (empty: no such index).
+async fn index_columns(
+    conn: &mut sqlx::MySqlConnection,
+    executions: &str,
+    index: &str,
+) -> Result<Vec<String>, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT CAST(column_name AS CHAR) FROM information_schema.statistics \
+         WHERE table_schema = DATABASE() AND table_name = ? AND index_name = ? \
+         ORDER BY seq_in_index",
+    )
+    .bind(executions)
+    .bind(index)
+    .fetch_all(conn)
+    .await
 }
 
 #[cfg(test)]

@@ -400,32 +400,116 @@ pub fn object_names(dialect: Dialect, tables: &TableNames) -> ObjectNames {
 
 /// MySQL/MariaDB: the additive generated column that stands in for the partial claim index
 /// they cannot have. It holds `task_name` while the execution is `queued` or `retrying` and NULL
-/// once it is anything else, so its index `(namespace, onestep_claim_task, available_at,
-/// created_at, id)` lets a claim skip finished history instead of walking it. `VIRTUAL`: nothing
-/// is stored in the row, and writers that do not know the column (the Python reference) are
-/// unaffected.
+/// once it is anything else, so its index ([`MYSQL_CLAIM_INDEX_COLUMNS`]) lets a claim skip
+/// finished history instead of walking it. `VIRTUAL`: nothing is stored in the row, and writers
+/// that do not know the column (the Python reference) are unaffected.
 pub const MYSQL_CLAIM_TASK_COLUMN: &str = "onestep_claim_task";
 
-/// The `ALTER TABLE` that adds [`MYSQL_CLAIM_TASK_COLUMN`] and its index
-/// (`ix_<executions>_claimable`, derived like the other names) to a MySQL/MariaDB executions
-/// table. The names are validated first, because they are pasted into SQL text.
+/// The columns of the claim column's index, in order.
+///
+/// `status` comes last although the claim never filters on it through the index: an entry of a
+/// virtual column's index is purged only when the purge can tell it from the row's new
+/// version, and without `status` InnoDB left the old entries of rows finished by a large
+/// `UPDATE` behind (delete-marked, history list length 0). A locking read (`FOR UPDATE SKIP
+/// LOCKED` under READ COMMITTED) looks each of them up in the primary key, so with 1,000,000
+/// finished executions one claim took 7–30 s; with `status` in the index they are purged and a
+/// claim takes milliseconds.
+pub const MYSQL_CLAIM_INDEX_COLUMNS: [&str; 6] = [
+    "namespace",
+    MYSQL_CLAIM_TASK_COLUMN,
+    "available_at",
+    "created_at",
+    "id",
+    "status",
+];
+
+/// The columns of the expiry sweep's index on the claim column, in order: the sweep looks for
+/// claimable executions past `expires_at` in every namespace, and without it MySQL/MariaDB read
+/// the whole table (with 1,000,000 finished executions, ~3 s every sweep).
+pub const MYSQL_EXPIRY_INDEX_COLUMNS: [&str; 3] = [MYSQL_CLAIM_TASK_COLUMN, "expires_at", "id"];
+
+/// The indexes on the claim column: each one's name suffix (`ix_<executions>_<suffix>`) and
+/// columns.
+pub const MYSQL_CLAIM_COLUMN_INDEXES: [(&str, &[&str]); 2] = [
+    ("claimable", &MYSQL_CLAIM_INDEX_COLUMNS),
+    ("expirable", &MYSQL_EXPIRY_INDEX_COLUMNS),
+];
+
+/// The name of an index on the claim column: `ix_<executions>_<suffix>` (see
+/// [`MYSQL_CLAIM_COLUMN_INDEXES`]), derived like the other names (shortened with a digest where
+/// the dialect's limit needs it).
+pub fn mysql_claim_index_name(dialect: Dialect, tables: &TableNames, suffix: &str) -> String {
+    derive_object_name(
+        &tables.executions,
+        "ix_",
+        suffix,
+        dialect.identifier_max_length(),
+    )
+}
+
+fn mysql_index_definition(
+    dialect: Dialect,
+    tables: &TableNames,
+    suffix: &str,
+    columns: &[&str],
+) -> String {
+    let columns: Vec<String> = columns.iter().map(|c| format!("`{c}`")).collect();
+    format!(
+        "INDEX `{}` ({})",
+        mysql_claim_index_name(dialect, tables, suffix),
+        columns.join(", ")
+    )
+}
+
+/// The `ALTER TABLE` that adds [`MYSQL_CLAIM_TASK_COLUMN`] and its indexes
+/// ([`MYSQL_CLAIM_COLUMN_INDEXES`]) to a MySQL/MariaDB executions table. The names are validated
+/// first, because they are pasted into SQL text.
 pub fn mysql_claim_column_ddl(
     dialect: Dialect,
     tables: &TableNames,
 ) -> Result<String, SchemaError> {
     tables.validate(dialect)?;
-    let index = derive_object_name(
-        &tables.executions,
-        "ix_",
-        "claimable",
-        dialect.identifier_max_length(),
-    );
+    let indexes: Vec<String> = MYSQL_CLAIM_COLUMN_INDEXES
+        .iter()
+        .map(|(suffix, columns)| {
+            format!(
+                ", ADD {}",
+                mysql_index_definition(dialect, tables, suffix, columns)
+            )
+        })
+        .collect();
     Ok(format!(
         "ALTER TABLE `{executions}` ADD COLUMN `{column}` VARCHAR(255) GENERATED ALWAYS AS \
-         (CASE WHEN status IN ('queued', 'retrying') THEN task_name END) VIRTUAL, \
-         ADD INDEX `{index}` (namespace, `{column}`, available_at, created_at, id)",
+         (CASE WHEN status IN ('queued', 'retrying') THEN task_name END) VIRTUAL{indexes}",
         executions = tables.executions,
         column = MYSQL_CLAIM_TASK_COLUMN,
+        indexes = indexes.concat(),
+    ))
+}
+
+/// The `ALTER TABLE` that (re)builds the claim column's index `suffix` with `columns` (one of
+/// [`MYSQL_CLAIM_COLUMN_INDEXES`]) on a table that has the column: `had_index` says whether an
+/// index of that name exists (an older definition, dropped in the same statement). The server
+/// builds it online.
+pub fn mysql_claim_index_ddl(
+    dialect: Dialect,
+    tables: &TableNames,
+    (suffix, columns): (&str, &[&str]),
+    had_index: bool,
+) -> Result<String, SchemaError> {
+    tables.validate(dialect)?;
+    let drop = if had_index {
+        format!(
+            "DROP INDEX `{}`, ",
+            mysql_claim_index_name(dialect, tables, suffix)
+        )
+    } else {
+        String::new()
+    };
+    Ok(format!(
+        "ALTER TABLE `{}` {drop}ADD {}",
+        tables.executions,
+        mysql_index_definition(dialect, tables, suffix, columns)
     ))
 }
 

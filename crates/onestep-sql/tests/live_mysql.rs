@@ -323,4 +323,52 @@ async fn the_claim_uses_the_generated_claim_column_and_tables_without_it_still_w
     .await
     .unwrap();
     assert_eq!(count, 0, "both executions are running now");
+
+    // The indexes of an older version (the claim index without `status` last, no expiry index)
+    // are rebuilt by auto_create.
+    let tables =
+        onestep_sql::schema::TableNames::new(table.clone(), options.attempts_table.clone());
+    let dialect = onestep_sql::schema::Dialect::MariaDb;
+    let index = onestep_sql::schema::mysql_claim_index_name(dialect, &tables, "claimable");
+    let expiry = onestep_sql::schema::mysql_claim_index_name(dialect, &tables, "expirable");
+    sqlx::query(&format!(
+        "ALTER TABLE `{table}` DROP INDEX `{index}`, DROP INDEX `{expiry}`, \
+         ADD INDEX `{index}` (namespace, onestep_claim_task, available_at, created_at, id)"
+    ))
+    .execute(&pool)
+    .await
+    .unwrap();
+    let columns = |pool: sqlx::MySqlPool, index: String| async move {
+        sqlx::query_scalar::<_, String>(
+            "SELECT CAST(column_name AS CHAR) FROM information_schema.statistics \
+             WHERE table_schema = DATABASE() AND table_name = ? AND index_name = ? ORDER BY seq_in_index",
+        )
+        .bind(table)
+        .bind(index)
+        .fetch_all(&pool)
+        .await
+        .unwrap()
+    };
+    assert_eq!(columns(pool.clone(), index.clone()).await.len(), 5);
+    assert!(columns(pool.clone(), expiry.clone()).await.is_empty());
+    let rebuilt = MySqlExecutionBackend::new(&url, options.clone()).unwrap();
+    rebuilt.open().await.unwrap();
+    assert_eq!(
+        columns(pool.clone(), index.clone()).await,
+        onestep_sql::schema::MYSQL_CLAIM_INDEX_COLUMNS.map(String::from),
+        "the claim index now ends with status"
+    );
+    assert_eq!(
+        columns(pool.clone(), expiry.clone()).await,
+        onestep_sql::schema::MYSQL_EXPIRY_INDEX_COLUMNS.map(String::from),
+        "the expiry index is added"
+    );
+    let claimed_after = rebuilt
+        .claim("live", &["gen".into()], 5, Duration::from_secs(30), "w")
+        .await
+        .unwrap();
+    assert!(
+        claimed_after.is_empty(),
+        "nothing is queued; the claim still runs"
+    );
 }

@@ -7,10 +7,10 @@
 use std::collections::HashSet;
 
 use onestep_sql::schema::{
-    DEFAULT_ATTEMPTS_TABLE, DEFAULT_EXECUTIONS_TABLE, Dialect, ObjectNames, SchemaError,
-    TableNames, derive_object_name, mysql_claim_column_ddl, mysql_ddl_lock_name,
-    mysql_family_dialect, object_names, postgres_advisory_lock_key, render_ddl,
-    validate_table_name,
+    DEFAULT_ATTEMPTS_TABLE, DEFAULT_EXECUTIONS_TABLE, Dialect, MYSQL_CLAIM_COLUMN_INDEXES,
+    ObjectNames, SchemaError, TableNames, derive_object_name, mysql_claim_column_ddl,
+    mysql_claim_index_ddl, mysql_claim_index_name, mysql_ddl_lock_name, mysql_family_dialect,
+    object_names, postgres_advisory_lock_key, render_ddl, validate_table_name,
 };
 
 fn pair(executions: &str, attempts: &str) -> TableNames {
@@ -323,8 +323,31 @@ fn mysql_claim_column_ddl_is_additive_and_its_index_name_fits_the_limit() {
             .and_then(|rest| rest.split('`').next())
             .unwrap();
         assert!(!index.is_empty() && index.len() <= 64, "{index}");
+        assert_eq!(mysql_claim_index_name(dialect, &tables, "claimable"), index);
+        let expiry = mysql_claim_index_name(dialect, &tables, "expirable");
+        assert!(
+            alter.contains(&format!(
+                "ADD INDEX `{index}` (`namespace`, `onestep_claim_task`, `available_at`, `created_at`, `id`, `status`), ADD INDEX `{expiry}` (`onestep_claim_task`, `expires_at`, `id`)"
+            )),
+            "{alter}"
+        );
+        assert_eq!(
+            mysql_claim_index_ddl(dialect, &tables, MYSQL_CLAIM_COLUMN_INDEXES[0], true).unwrap(),
+            format!(
+                "ALTER TABLE `{}` DROP INDEX `{index}`, ADD INDEX `{index}` (`namespace`, `onestep_claim_task`, `available_at`, `created_at`, `id`, `status`)",
+                "e".repeat(64)
+            ),
+            "an older index of that name is replaced in one statement"
+        );
+        assert!(
+            !mysql_claim_index_ddl(dialect, &tables, MYSQL_CLAIM_COLUMN_INDEXES[1], false)
+                .unwrap()
+                .contains("DROP INDEX")
+        );
+        assert!(expiry.len() <= 64 && expiry != index, "{expiry}");
         let names = object_names(dialect, &tables);
         assert!(!index_and_unique_names(&names).contains(&index));
+        assert!(!index_and_unique_names(&names).contains(&expiry.as_str()));
         assert!(
             mysql_claim_column_ddl(dialect, &pair("bad name", "a")).is_err(),
             "names are validated before they are pasted into SQL"

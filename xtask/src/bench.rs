@@ -35,6 +35,8 @@ pub struct BenchOptions {
     pub concurrency: usize,
     /// Claim batch size of our runs.
     pub batch: usize,
+    /// Prefetch buffer of our runs' worker (`ExecutionSourceOptions::prefetch`; 0: none).
+    pub prefetch: usize,
     /// Offered submits per second of the steady-state runs (pickup latency).
     pub steady_rate: usize,
     /// Length of the steady-state runs, in seconds.
@@ -45,7 +47,7 @@ pub struct BenchOptions {
 }
 
 impl BenchOptions {
-    /// Parses `[--n N] [--reference-n N] [--concurrency N] [--batch N] [--steady-rate N]
+    /// Parses `[--n N] [--reference-n N] [--concurrency N] [--batch N] [--prefetch N] [--steady-rate N]
     /// [--steady-seconds N] [--peers]`.
     pub fn from_args(args: &[String]) -> Result<Self> {
         let mut options = Self {
@@ -54,6 +56,7 @@ impl BenchOptions {
             peers: false,
             concurrency: 64,
             batch: 100,
+            prefetch: 0,
             steady_rate: 1000,
             steady_seconds: 10,
             history: 0,
@@ -74,13 +77,15 @@ impl BenchOptions {
                 "--reference-n" => options.reference_n = number("--reference-n")?,
                 "--concurrency" => options.concurrency = number("--concurrency")?,
                 "--batch" => options.batch = number("--batch")?,
+                "--prefetch" => options.prefetch = number("--prefetch")?,
                 "--steady-rate" => options.steady_rate = number("--steady-rate")?,
                 "--steady-seconds" => options.steady_seconds = number("--steady-seconds")?,
                 "--history" => options.history = number("--history")?,
                 "--peers" => options.peers = true,
                 other => bail!(
                     "`bench`: unknown argument {other:?} (expected --n, --reference-n, \
-                     --concurrency, --batch, --steady-rate, --steady-seconds, --history, --peers)"
+                     --concurrency, --batch, --prefetch, --steady-rate, --steady-seconds, --history, \
+                     --peers)"
                 ),
             }
         }
@@ -173,6 +178,7 @@ fn run_all(
                 .args(["--n", &options.n.to_string()])
                 .args(["--concurrency", &options.concurrency.to_string()])
                 .args(["--batch", &options.batch.to_string()])
+                .args(["--prefetch", &options.prefetch.to_string()])
                 .args(["--submit-batch", &submit_batch.to_string()]);
             if rate > 0 {
                 cmd.args(["--rate", &rate.to_string()])

@@ -69,6 +69,14 @@ pub trait Dialect: Send + Sync + Sized + 'static {
     /// the lease in microseconds, worker id, now, now.
     const CLAIM_IN_ONE_STATEMENT: Option<&'static str> = None;
 
+    /// A statement that reads the rows of one (namespace, task) for a batch of idempotency keys
+    /// (batched submits), each key looked up through the unique key index whatever the table's
+    /// statistics say. `None` (the default): `idempotency_key IN (?, …)`.
+    ///
+    /// Placeholders as in `sql::render`. Parameters, in order: the keys as one JSON array text,
+    /// namespace, task name. Returns all execution columns of the rows found.
+    const ROWS_BY_KEYS: Option<&'static str> = None;
+
     /// Quotes a validated identifier (`"name"`, or `` `name` `` on MySQL), as the DDL does.
     fn quote(identifier: &str) -> String {
         format!("\"{identifier}\"")

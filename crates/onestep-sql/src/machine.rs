@@ -104,6 +104,8 @@ struct Statements {
     claim_one_task: String,
     /// The dialect's one-statement claim of one task, if it has one.
     claim_one_task_in_one_statement: Option<String>,
+    /// The dialect's look-up of a batch of idempotency keys, if it has one.
+    rows_by_keys: Option<String>,
     heartbeat: String,
     heartbeat_attempt: String,
     get_running_attempt: String,
@@ -134,6 +136,7 @@ impl Statements {
             claim_one_task: r(&sql::CLAIM.replace("{tasks}", "= ?")),
             claim_one_task_in_one_statement: D::CLAIM_IN_ONE_STATEMENT
                 .map(|t| r(&one_statement_claim(t, "= ?"))),
+            rows_by_keys: D::ROWS_BY_KEYS.map(r),
             heartbeat: r(sql::HEARTBEAT),
             heartbeat_attempt: r(sql::HEARTBEAT_ATTEMPT),
             get_running_attempt: r(sql::GET_RUNNING_ATTEMPT),
@@ -722,6 +725,19 @@ impl<D: Dialect> SqlExecutionBackend<D> {
             let mut existing: Vec<ExecutionRow> = Vec::new();
             for ((namespace, task_name), keys) in &scopes {
                 for chunk in keys.chunks(CHUNK) {
+                    if let Some(by_keys) = &self.inner.statements.rows_by_keys {
+                        let params = vec![
+                            Param::from(Value::from(chunk.to_vec()).to_string()),
+                            Param::from(namespace.to_string()),
+                            Param::from(task_name.to_string()),
+                        ];
+                        existing.extend(
+                            D::fetch_executions(&mut tx, by_keys, params)
+                                .await
+                                .map_err(db::<D>(op))?,
+                        );
+                        continue;
+                    }
                     let marks = vec!["?"; chunk.len()].join(", ");
                     let sql = D::render(&format!(
                         "SELECT {} FROM {e} WHERE namespace = ? AND task_name = ? \

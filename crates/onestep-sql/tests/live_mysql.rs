@@ -229,8 +229,54 @@ async fn claim_plan_uses_the_index_without_filesort() {
     );
     let key: Option<String> = rows[0].try_get("key").unwrap();
     assert!(
-        key.unwrap_or_default().starts_with("ix_"),
+        key.unwrap_or_default().ends_with("_claimable"),
         "claim plan uses the claim index"
+    );
+}
+
+/// With one namespace and one task, every index on the claim column matches the claim's
+/// equalities equally well; the claim must still walk the claim index (in order, no filesort),
+/// not the expiry sweep's index, which would sort the whole backlog on every claim.
+#[tokio::test]
+async fn claim_plan_prefers_the_claim_index_with_one_task() {
+    let b = MySqlExecutionBackend::new(&support::mysql_url(), live::fresh_options()).unwrap();
+    let requests = (0..500)
+        .map(|n| {
+            let options = if n % 2 == 0 {
+                SubmitOptions::default()
+                    .expires_at(time::OffsetDateTime::now_utc() + time::Duration::hours(1))
+            } else {
+                SubmitOptions::default()
+            };
+            ExecutionRequest::new("live", "only", serde_json::json!(n), options).unwrap()
+        })
+        .collect();
+    b.submit_many(requests).await.unwrap();
+    let pool = b.connector().pool().unwrap();
+    sqlx::query(&format!("ANALYZE TABLE `{}`", b.tables().executions))
+        .execute(&pool)
+        .await
+        .unwrap();
+    let now = time::OffsetDateTime::now_utc();
+    let now = time::PrimitiveDateTime::new(now.date(), now.time());
+    let rows = sqlx::query(&format!("EXPLAIN {}", b.claim_sql(1)))
+        .bind("live")
+        .bind("only")
+        .bind(now)
+        .bind(now)
+        .bind(100_i64)
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+    let key: Option<String> = rows[0].try_get("key").unwrap();
+    let extra: Option<String> = rows[0].try_get("Extra").unwrap();
+    assert!(
+        key.as_deref().unwrap_or_default().ends_with("_claimable"),
+        "claim plan uses {key:?} ({extra:?})"
+    );
+    assert!(
+        !extra.unwrap_or_default().contains("filesort"),
+        "claim plan sorts"
     );
 }
 

@@ -327,7 +327,7 @@ fn mysql_claim_column_ddl_is_additive_and_its_index_name_fits_the_limit() {
         let expiry = mysql_claim_index_name(dialect, &tables, "expirable");
         assert!(
             alter.contains(&format!(
-                "ADD INDEX `{index}` (`namespace`, `onestep_claim_task`, `available_at`, `created_at`, `id`, `status`), ADD INDEX `{expiry}` (`onestep_claim_task`, `expires_at`, `id`)"
+                "ADD INDEX `{index}` (`namespace`, `onestep_claim_task`, `available_at`, `created_at`, `id`, `status`), ADD INDEX `{expiry}` (`expires_at`, `onestep_claim_task`, `id`)"
             )),
             "{alter}"
         );

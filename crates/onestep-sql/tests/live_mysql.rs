@@ -181,6 +181,43 @@ async fn an_open_empty_claim_does_not_block_submits() {
     tx.rollback().await.unwrap();
 }
 
+/// Submits `requests`, refreshes the table's statistics and returns the `EXPLAIN` rows of a
+/// one-task claim of `task` (limit `limit`) as `(key, Extra)` pairs.
+async fn claim_plan(
+    b: &MySqlExecutionBackend,
+    requests: Vec<ExecutionRequest>,
+    task: &str,
+    limit: i64,
+) -> Vec<(Option<String>, String)> {
+    b.submit_many(requests).await.unwrap();
+    let pool = b.connector().pool().unwrap();
+    sqlx::query(&format!("ANALYZE TABLE `{}`", b.tables().executions))
+        .execute(&pool)
+        .await
+        .unwrap();
+    let now = time::OffsetDateTime::now_utc();
+    let now = time::PrimitiveDateTime::new(now.date(), now.time());
+    sqlx::query(&format!("EXPLAIN {}", b.claim_sql(1)))
+        .bind("live")
+        .bind(task)
+        .bind(now)
+        .bind(now)
+        .bind(limit)
+        .fetch_all(&pool)
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r.try_get::<Option<String>, _>("key").unwrap(),
+                r.try_get::<Option<String>, _>("Extra")
+                    .unwrap()
+                    .unwrap_or_default(),
+            )
+        })
+        .collect()
+}
+
 /// The claim walks the claim index in order: no filesort, which would make SKIP LOCKED lock
 /// every scanned row and starve other workers.
 #[tokio::test]
@@ -197,39 +234,17 @@ async fn claim_plan_uses_the_index_without_filesort() {
             .unwrap()
         })
         .collect();
-    b.submit_many(requests).await.unwrap();
-    let pool = b.connector().pool().unwrap();
-    sqlx::query(&format!("ANALYZE TABLE `{}`", b.tables().executions))
-        .execute(&pool)
-        .await
-        .unwrap();
-    let now = time::OffsetDateTime::now_utc();
-    let now = time::PrimitiveDateTime::new(now.date(), now.time());
-    let explain = format!("EXPLAIN {}", b.claim_sql(1));
-    let rows = sqlx::query(&explain)
-        .bind("live")
-        .bind("a")
-        .bind(now)
-        .bind(now)
-        .bind(10_i64)
-        .fetch_all(&pool)
-        .await
-        .unwrap();
-    let extra: Vec<String> = rows
-        .iter()
-        .map(|r| {
-            r.try_get::<Option<String>, _>("Extra")
-                .unwrap()
-                .unwrap_or_default()
-        })
-        .collect();
+    let rows = claim_plan(&b, requests, "a", 10).await;
     assert!(
-        extra.iter().all(|e| !e.contains("filesort")),
-        "claim plan uses a filesort: {extra:?}"
+        rows.iter().all(|(_, extra)| !extra.contains("filesort")),
+        "claim plan uses a filesort: {rows:?}"
     );
-    let key: Option<String> = rows[0].try_get("key").unwrap();
     assert!(
-        key.unwrap_or_default().ends_with("_claimable"),
+        rows[0]
+            .0
+            .as_deref()
+            .unwrap_or_default()
+            .ends_with("_claimable"),
         "claim plan uses the claim index"
     );
 }
@@ -251,33 +266,13 @@ async fn claim_plan_prefers_the_claim_index_with_one_task() {
             ExecutionRequest::new("live", "only", serde_json::json!(n), options).unwrap()
         })
         .collect();
-    b.submit_many(requests).await.unwrap();
-    let pool = b.connector().pool().unwrap();
-    sqlx::query(&format!("ANALYZE TABLE `{}`", b.tables().executions))
-        .execute(&pool)
-        .await
-        .unwrap();
-    let now = time::OffsetDateTime::now_utc();
-    let now = time::PrimitiveDateTime::new(now.date(), now.time());
-    let rows = sqlx::query(&format!("EXPLAIN {}", b.claim_sql(1)))
-        .bind("live")
-        .bind("only")
-        .bind(now)
-        .bind(now)
-        .bind(100_i64)
-        .fetch_all(&pool)
-        .await
-        .unwrap();
-    let key: Option<String> = rows[0].try_get("key").unwrap();
-    let extra: Option<String> = rows[0].try_get("Extra").unwrap();
+    let rows = claim_plan(&b, requests, "only", 100).await;
+    let (key, extra) = &rows[0];
     assert!(
         key.as_deref().unwrap_or_default().ends_with("_claimable"),
         "claim plan uses {key:?} ({extra:?})"
     );
-    assert!(
-        !extra.unwrap_or_default().contains("filesort"),
-        "claim plan sorts"
-    );
+    assert!(!extra.contains("filesort"), "claim plan sorts");
 }
 
 /// MySQL/MariaDB have no partial indexes, so the reference's claim index also holds every

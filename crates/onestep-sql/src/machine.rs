@@ -156,9 +156,8 @@ struct Inner<D: Dialect> {
     statements: Statements,
     options: BackendOptions,
     ready: AsyncMutex<bool>,
-    /// The column the claim in steps filters tasks on (`Dialect::claim_task_column`), read
-    /// when the backend becomes ready.
-    claim_task_column: std::sync::OnceLock<&'static str>,
+    /// The claim column and the statements that use it, derived when the backend becomes ready.
+    claim_column: std::sync::OnceLock<ClaimColumn>,
     opens: AtomicUsize,
     last_maintenance: std::sync::Mutex<Option<std::time::Instant>>,
     /// When the expiry sweep last ran in this process.
@@ -201,6 +200,50 @@ impl<D: Dialect> std::fmt::Debug for SqlExecutionBackend<D> {
 }
 
 type Tx<D> = sqlx::Transaction<'static, <D as Dialect>::Db>;
+
+/// The column the claim filters tasks on (`Dialect::claim_task_column`: `task_name`, or on
+/// MySQL/MariaDB the generated column that is non-NULL only while claimable), with the
+/// statements rewritten for it once, when the backend becomes ready, rather than on every claim.
+struct ClaimColumn {
+    column: &'static str,
+    /// The claim of one task, filtering on the column.
+    claim_one_task: String,
+    /// The expiry sweep, reading the column's index instead of every row where it has one.
+    expire_candidates: String,
+}
+
+impl ClaimColumn {
+    fn new(column: &'static str, statements: &Statements) -> Self {
+        let expire_candidates = if column == "task_name" {
+            statements.expire_candidates.clone()
+        } else {
+            statements.expire_candidates.replace(
+                "WHERE e.status IN",
+                &format!("WHERE e.{column} IS NOT NULL AND e.status IN"),
+            )
+        };
+        Self {
+            column,
+            claim_one_task: filter_tasks_on(column, &statements.claim_one_task),
+            expire_candidates,
+        }
+    }
+
+    /// A claim `statement` filtering tasks on the column.
+    fn claim(&self, statement: &str) -> String {
+        filter_tasks_on(self.column, statement)
+    }
+}
+
+/// `statement` (a claim) filtering tasks on `column`, so it walks the index that holds only
+/// claimable rows instead of every finished row (MySQL/MariaDB).
+fn filter_tasks_on(column: &str, statement: &str) -> String {
+    if column == "task_name" {
+        statement.to_string()
+    } else {
+        statement.replace("AND e.task_name ", &format!("AND e.{column} "))
+    }
+}
 
 fn db<D: Dialect>(operation: ConnectorOperation) -> impl Fn(sqlx::Error) -> ExecutionError {
     move |err| ExecutionError::Connector(D::connector_error(operation, err))
@@ -341,7 +384,7 @@ impl<D: Dialect> SqlExecutionBackend<D> {
                 statements,
                 options,
                 ready: AsyncMutex::new(false),
-                claim_task_column: std::sync::OnceLock::new(),
+                claim_column: std::sync::OnceLock::new(),
                 opens: AtomicUsize::new(0),
                 last_maintenance: std::sync::Mutex::new(None),
                 last_expiry_sweep: std::sync::Mutex::new(None),
@@ -372,7 +415,10 @@ impl<D: Dialect> SqlExecutionBackend<D> {
             D::check_server(&pool).await?;
             D::ensure_tables(&pool, &self.inner.tables, self.inner.options.auto_create).await?;
             let column = D::claim_task_column(&pool, &self.inner.tables).await?;
-            let _ = self.inner.claim_task_column.set(column);
+            let _ = self
+                .inner
+                .claim_column
+                .set(ClaimColumn::new(column, &self.inner.statements));
             *ready = true;
         }
         Ok(pool)
@@ -852,18 +898,11 @@ impl<D: Dialect> SqlExecutionBackend<D> {
             &self.inner.last_expiry_sweep,
             self.inner.options.expiry_sweep_interval,
         ) {
-            // Where the table has a column that is non-NULL only while claimable, the sweep
-            // reads that column's index instead of every row (MySQL/MariaDB).
-            let sweep = match self.inner.claim_task_column.get() {
-                Some(&column) if column != "task_name" => {
-                    std::borrow::Cow::Owned(s.expire_candidates.replace(
-                        "WHERE e.status IN",
-                        &format!("WHERE e.{column} IS NOT NULL AND e.status IN"),
-                    ))
-                }
-                _ => std::borrow::Cow::Borrowed(&s.expire_candidates),
+            let sweep = match self.inner.claim_column.get() {
+                Some(c) => &c.expire_candidates,
+                None => &s.expire_candidates,
             };
-            D::fetch_candidates(tx, &sweep, vec![now.into(), batch.into()])
+            D::fetch_candidates(tx, sweep, vec![now.into(), batch.into()])
                 .await
                 .map_err(db::<D>(op))?
         } else {
@@ -966,9 +1005,14 @@ impl<D: Dialect> SqlExecutionBackend<D> {
     /// The claim statement for `task_count` task names, with the dialect's placeholders; for
     /// checking its plan with `EXPLAIN` (it must walk the claim index without a filesort).
     pub fn claim_sql(&self, task_count: usize) -> String {
-        let statement = if task_count == 1 {
-            self.inner.statements.claim_one_task.clone()
-        } else {
+        let column = self.inner.claim_column.get();
+        if task_count == 1 {
+            return match column {
+                Some(c) => c.claim_one_task.clone(),
+                None => self.inner.statements.claim_one_task.clone(),
+            };
+        }
+        let statement = {
             let marks = vec!["?"; task_count].join(", ");
             let t = &self.inner.tables;
             D::render(&sql::render(
@@ -979,13 +1023,9 @@ impl<D: Dialect> SqlExecutionBackend<D> {
                 D::SKIP_LOCKED,
             ))
         };
-        // Where the table has a column that indexes only claimable rows, filter on it so the
-        // claim walks that index instead of every finished row (MySQL/MariaDB).
-        match self.inner.claim_task_column.get() {
-            Some(&column) if column != "task_name" => {
-                statement.replace("AND e.task_name ", &format!("AND e.{column} "))
-            }
-            _ => statement,
+        match column {
+            Some(c) => c.claim(&statement),
+            None => statement,
         }
     }
 

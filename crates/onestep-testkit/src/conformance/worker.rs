@@ -445,6 +445,10 @@ pub async fn execution_source_rejects_invalid_options_with_field_names<F: Backen
             "batch_size must be >= 1, got 0",
         ),
         (
+            Box::new(|o| o.prefetch = 10_001),
+            "prefetch must be <= 10000, got 10001",
+        ),
+        (
             Box::new(|o| o.poll_interval_s = 0.0),
             "poll_interval_s must be a finite number > 0, got 0",
         ),

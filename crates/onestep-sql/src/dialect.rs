@@ -77,6 +77,22 @@ pub trait Dialect: Send + Sync + Sized + 'static {
     /// namespace, task name. Returns all execution columns of the rows found.
     const ROWS_BY_KEYS: Option<&'static str> = None;
 
+    /// A statement of fixed shape that inserts a batch of new executions (batched submits),
+    /// so its text, and the server's plan for it, is the same at every batch size. `None` (the
+    /// default): multi-row `INSERT … VALUES (?, …), (?, …)`.
+    ///
+    /// Placeholders as in `sql::render`. One parameter: a JSON array text holding one array per
+    /// row, the execution columns in table order (`sql::EXECUTION_COLUMNS`), as written by the
+    /// state machine: ids, texts and timestamps (RFC 3339, UTC, microseconds) as strings or
+    /// `null`, numbers as numbers, `payload` and `metadata` as JSON values, and `result` and
+    /// `error` wrapped in a one-element array (`null` when absent), so a stored JSON `null`
+    /// stays apart from SQL `NULL`.
+    ///
+    /// A row whose idempotency key (or id) is taken must be skipped, not fail the statement:
+    /// the state machine compares the statement's row count with the rows it sent, and reads
+    /// the stored keys only when they differ (see `submit_many`).
+    const INSERT_MANY: Option<&'static str> = None;
+
     /// Quotes a validated identifier (`"name"`, or `` `name` `` on MySQL), as the DDL does.
     fn quote(identifier: &str) -> String {
         format!("\"{identifier}\"")

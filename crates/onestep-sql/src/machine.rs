@@ -106,6 +106,8 @@ struct Statements {
     claim_one_task_in_one_statement: Option<String>,
     /// The dialect's look-up of a batch of idempotency keys, if it has one.
     rows_by_keys: Option<String>,
+    /// The dialect's fixed-shape insert of a batch of new executions, if it has one.
+    insert_many: Option<String>,
     heartbeat: String,
     heartbeat_attempt: String,
     get_running_attempt: String,
@@ -137,6 +139,7 @@ impl Statements {
             claim_one_task_in_one_statement: D::CLAIM_IN_ONE_STATEMENT
                 .map(|t| r(&one_statement_claim(t, "= ?"))),
             rows_by_keys: D::ROWS_BY_KEYS.map(r),
+            insert_many: D::INSERT_MANY.map(r),
             heartbeat: r(sql::HEARTBEAT),
             heartbeat_attempt: r(sql::HEARTBEAT_ATTEMPT),
             get_running_attempt: r(sql::GET_RUNNING_ATTEMPT),
@@ -628,6 +631,55 @@ impl<D: Dialect> SqlExecutionBackend<D> {
         ]
     }
 
+    /// One new row as an element of the dialect's `INSERT_MANY` parameter (see
+    /// [`Dialect::INSERT_MANY`]); `None` when a timestamp has no RFC 3339 form (a year outside
+    /// 0–9999), and the batch then goes in as multi-row `VALUES`.
+    fn insert_many_row(row: &ExecutionRow) -> Option<Value> {
+        fn time(t: Option<OffsetDateTime>) -> Option<Value> {
+            let Some(t) = t else {
+                return Some(Value::Null);
+            };
+            // Whole microseconds, as the drivers bind a timestamp and the columns store it.
+            let t = onestep_core::clock::utc(t)
+                .replace_nanosecond(t.nanosecond() / 1_000 * 1_000)
+                .ok()?;
+            t.format(&time::format_description::well_known::Rfc3339)
+                .ok()
+                .map(Value::String)
+        }
+        let text = |v: Option<&str>| v.map_or(Value::Null, |v| Value::String(v.to_owned()));
+        let wrapped = |v: &Option<Value>| {
+            v.as_ref()
+                .map_or(Value::Null, |v| Value::Array(vec![v.clone()]))
+        };
+        Some(Value::Array(vec![
+            Value::String(row.id.to_string()),
+            Value::String(row.namespace.clone()),
+            Value::String(row.task_name.clone()),
+            Value::String(row.status.as_str().to_owned()),
+            row.payload.clone(),
+            row.metadata.clone(),
+            wrapped(&row.result),
+            wrapped(&row.error),
+            text(row.idempotency_key.as_deref()),
+            text(row.submission_digest.as_deref()),
+            Value::from(row.attempts),
+            time(Some(row.available_at))?,
+            row.lease_token
+                .map_or(Value::Null, |t| Value::String(t.to_string())),
+            time(row.lease_expires_at)?,
+            text(row.worker_id.as_deref()),
+            text(row.cancel_reason.as_deref()),
+            time(row.cancel_requested_at)?,
+            time(row.expires_at)?,
+            time(Some(row.created_at))?,
+            time(Some(row.updated_at))?,
+            time(row.started_at)?,
+            time(row.finished_at)?,
+            Value::from(row.version),
+        ]))
+    }
+
     async fn submit_one(&self, request: ExecutionRequest) -> ExecutionResult<Execution> {
         let encoded = encode_submission(&request, &self.inner.options.limits)?;
         let op = ConnectorOperation::Send;
@@ -730,12 +782,20 @@ impl<D: Dialect> SqlExecutionBackend<D> {
 
     /// Submits a batch in one transaction: existing rows for the batch's keys are read once,
     /// repeated submissions are answered from them (or rejected as conflicts), and every new row
-    /// goes in with multi-row INSERTs. Fails as a whole on a unique violation (a concurrent
-    /// submit of the same key); the caller then falls back to one-by-one submits.
+    /// goes in with multi-row INSERTs (or the dialect's [`Dialect::INSERT_MANY`]). Fails as a
+    /// whole on a unique violation (a concurrent submit of the same key); the caller then falls
+    /// back to one-by-one submits.
+    ///
+    /// With `look_up_keys` false (only where the dialect has `INSERT_MANY`, which skips a row
+    /// whose key is taken) the keys are not read first: every request is taken for new, which
+    /// saves the look-up on a bulk import of new keys. `Ok(None)` (rolled back) when a row was
+    /// skipped, that is when a key was taken after all, or in look-up mode, taken by a
+    /// concurrent submit.
     async fn submit_batch(
         &self,
         requests: &[ExecutionRequest],
-    ) -> ExecutionResult<Vec<ExecutionResult<Execution>>> {
+        look_up_keys: bool,
+    ) -> ExecutionResult<Option<Vec<ExecutionResult<Execution>>>> {
         const CHUNK: usize = 500;
         let op = ConnectorOperation::Send;
         let e = D::quote(&self.inner.tables.executions);
@@ -769,6 +829,9 @@ impl<D: Dialect> SqlExecutionBackend<D> {
                 }
             }
             let mut existing: Vec<ExecutionRow> = Vec::new();
+            if !look_up_keys {
+                scopes.clear();
+            }
             for ((namespace, task_name), keys) in &scopes {
                 for chunk in keys.chunks(CHUNK) {
                     if let Some(by_keys) = &self.inner.statements.rows_by_keys {
@@ -848,7 +911,33 @@ impl<D: Dialect> SqlExecutionBackend<D> {
                 fresh.push((index, row));
                 results.push(None);
             }
-            for chunk in fresh.chunks(CHUNK) {
+            // Rows go in ordered by key, so concurrent batches with overlapping keys take the
+            // key index's entries in one order and wait on each other instead of deadlocking.
+            let mut ordered: Vec<&(usize, ExecutionRow)> = fresh.iter().collect();
+            ordered.sort_by(|(_, a), (_, b)| {
+                (&a.namespace, &a.task_name, &a.idempotency_key).cmp(&(
+                    &b.namespace,
+                    &b.task_name,
+                    &b.idempotency_key,
+                ))
+            });
+            for chunk in ordered.chunks(CHUNK) {
+                let many = self.inner.statements.insert_many.as_ref().and_then(|sql| {
+                    let rows: Option<Vec<Value>> = chunk
+                        .iter()
+                        .map(|(_, row)| Self::insert_many_row(row))
+                        .collect();
+                    Some((sql, Value::Array(rows?).to_string()))
+                });
+                if let Some((sql, rows)) = many {
+                    let inserted = D::execute(&mut tx, sql, vec![Param::from(rows)])
+                        .await
+                        .map_err(db::<D>(op))?;
+                    if inserted != chunk.len() as u64 {
+                        return Ok(None);
+                    }
+                    continue;
+                }
                 let values = vec![
                     "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
                     chunk.len()
@@ -884,9 +973,15 @@ impl<D: Dialect> SqlExecutionBackend<D> {
                     },
                 }
             }
-            Ok(out)
+            Ok(Some(out))
         }
         .await;
+        if let Ok(None) = out {
+            if let Err(rollback) = tx.rollback().await {
+                tracing::debug!(error = %rollback, "rollback after a skipped batch insert failed");
+            }
+            return Ok(None);
+        }
         Self::finish(tx, out, op).await
     }
 
@@ -1112,13 +1207,28 @@ impl<D: Dialect> ExecutionBackend for SqlExecutionBackend<D> {
             }
             return Ok(out);
         }
-        match retry_transient(|| self.submit_batch(&requests)).await {
-            Ok(out) => {
+        // Where the dialect's batch insert skips taken keys, first try the batch as all new
+        // (no look-up); a batch that turns out to repeat a stored key goes again with one.
+        let optimistic = self.inner.statements.insert_many.is_some();
+        let mut out = retry_transient(|| self.submit_batch(&requests, !optimistic)).await;
+        if optimistic && matches!(out, Ok(None)) {
+            out = retry_transient(|| self.submit_batch(&requests, true)).await;
+        }
+        match out {
+            Ok(Some(out)) => {
                 self.wake_local();
                 Ok(out)
             }
             // A concurrent submit took one of the keys between our check and the insert: the
             // transaction rolled back, so submitting one by one resolves each key on its own.
+            Ok(None) => {
+                tracing::debug!("batched submit raced on a key; submitting one by one");
+                let mut out = Vec::with_capacity(requests.len());
+                for r in requests {
+                    out.push(self.submit(r).await);
+                }
+                Ok(out)
+            }
             Err(err) if is_unique_violation(&err) => {
                 tracing::debug!(error = %err, "batched submit raced on a key; submitting one by one");
                 let mut out = Vec::with_capacity(requests.len());

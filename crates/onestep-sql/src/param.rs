@@ -89,10 +89,22 @@ impl From<Option<OffsetDateTime>> for Param {
 /// Statements that grow with a batch (`CASE id WHEN …`, multi-row `VALUES`, long `IN` lists)
 /// are not: caching each size would fill the driver's statement cache and, on MySQL, the
 /// server's `max_prepared_stmt_count`.
+///
+/// A statement that starts with [`PLAN_PER_CALL`] is never kept prepared either: the server then
+/// plans it for each call's parameter values and the table's size at that moment.
 pub fn is_stable(sql: &str) -> bool {
     let placeholders = sql.bytes().filter(|b| *b == b'?' || *b == b'$').count();
-    placeholders <= 24 && !sql.contains("CASE id") && !sql.contains("), (")
+    placeholders <= 24
+        && !sql.contains("CASE id")
+        && !sql.contains("), (")
+        && !sql.starts_with(PLAN_PER_CALL)
 }
+
+/// Marks a statement whose plan must not be reused (see [`is_stable`]). A kept-prepared
+/// statement switches to a generic plan after a few calls, and that plan is kept until the
+/// table is next analyzed: one made while a table was still small and fast-growing can pick an
+/// index that turns each call into a scan.
+pub const PLAN_PER_CALL: &str = "/* planned per call */ ";
 
 /// Rewrites `?` placeholders as `$1`, `$2`, … (PostgreSQL). Statements here never contain a
 /// literal `?`.
@@ -114,6 +126,16 @@ pub fn numbered_placeholders(sql: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn batch_shaped_and_marked_statements_are_not_kept_prepared() {
+        assert!(is_stable("SELECT a FROM t WHERE id = ?"));
+        assert!(!is_stable("INSERT INTO t (a) VALUES (?), (?)"));
+        assert!(!is_stable("UPDATE t SET a = CASE id WHEN ? THEN ? END"));
+        assert!(!is_stable(&format!(
+            "{PLAN_PER_CALL}SELECT a FROM t WHERE id = ?"
+        )));
+    }
 
     #[test]
     fn question_marks_become_numbered_placeholders() {

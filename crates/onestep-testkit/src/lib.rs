@@ -32,6 +32,7 @@ macro_rules! execution_conformance {
             idempotent_resubmit_returns_the_execution_whatever_its_status,
             executions_without_a_key_never_conflict,
             submit_many_applies_the_rules_to_each_item,
+            submit_many_stores_each_row_as_returned,
             get_in_another_namespace_returns_none,
             cancel_of_queued_and_retrying_work_is_immediate,
             cancel_of_running_work_requests_cooperative_cancellation,

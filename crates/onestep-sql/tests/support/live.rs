@@ -125,6 +125,59 @@ pub async fn concurrent_submits_with_one_key_create_one_execution<D: Dialect>(ds
     assert_eq!(page.items.len(), 1);
 }
 
+/// Four concurrent batch submits of overlapping keys (each batch its own mix of the same 200
+/// keys plus 20 keyless requests) create one execution per key: every batch reports the same
+/// execution for a key, whichever batch stored it, and nothing else is lost or duplicated.
+pub async fn concurrent_batches_with_overlapping_keys_create_one_execution_per_key<D: Dialect>(
+    dsn: &str,
+) {
+    let b = SqlExecutionBackend::<D>::new(dsn, fresh_options()).unwrap();
+    b.open().await.unwrap();
+    let mut set = JoinSet::new();
+    for batch in 0..4usize {
+        let b = b.clone();
+        set.spawn(async move {
+            // Batches walk the keys from different ends, so they collide mid-batch.
+            let mut keys: Vec<usize> = (0..200).collect();
+            if batch % 2 == 1 {
+                keys.reverse();
+            }
+            let mut requests: Vec<ExecutionRequest> = keys
+                .iter()
+                .map(|k| {
+                    let options = SubmitOptions::default().idempotency_key(format!("k{k}"));
+                    ExecutionRequest::new("live", "many", json!({"k": k}), options).unwrap()
+                })
+                .collect();
+            requests.extend((0..20).map(|n| request("many", 1_000 + n)));
+            let results = b.submit_many(requests).await.unwrap();
+            let mut by_key = std::collections::HashMap::new();
+            for (k, r) in keys.iter().zip(&results) {
+                by_key.insert(*k, r.as_ref().unwrap().id);
+            }
+            for r in &results[200..] {
+                r.as_ref().unwrap();
+            }
+            by_key
+        });
+    }
+    let mut seen: Option<std::collections::HashMap<usize, uuid::Uuid>> = None;
+    while let Some(done) = set.join_next().await {
+        let by_key = done.unwrap();
+        match &seen {
+            None => seen = Some(by_key),
+            Some(first) => assert_eq!(first, &by_key, "every batch reports the same executions"),
+        }
+    }
+    let stats = b.stats(Some("live")).await.unwrap();
+    let total: usize = stats.iter().map(|s| s.count).sum();
+    assert_eq!(
+        total,
+        200 + 4 * 20,
+        "one execution per key plus every keyless request"
+    );
+}
+
 /// Eight workers claiming 300 rows concurrently never claim a row twice and miss none.
 pub async fn concurrent_claimers_never_claim_a_row_twice<D: Dialect>(dsn: &str) {
     let b = SqlExecutionBackend::<D>::new(dsn, fresh_options()).unwrap();

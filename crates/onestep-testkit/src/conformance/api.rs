@@ -1,8 +1,10 @@
 //! Submit, read, list and cancel (the API side).
 
+use std::time::Duration;
+
 use onestep_core::execution::{
-    ExecutionBackend, ExecutionClient, ExecutionCompletion, ExecutionError, ExecutionLimits,
-    ExecutionQuery, ExecutionRequest, ExecutionStatus, SubmitOptions,
+    Execution, ExecutionBackend, ExecutionClient, ExecutionCompletion, ExecutionError,
+    ExecutionLimits, ExecutionQuery, ExecutionRequest, ExecutionStatus, SubmitOptions,
 };
 use serde_json::{Map, Value, json};
 use time::macros::datetime;
@@ -332,6 +334,82 @@ pub async fn submit_many_applies_the_rules_to_each_item<F: BackendFactory>(f: &F
             .items
             .len(),
         2
+    );
+}
+
+/// A batch stores each row exactly as it returns it (a JSON `null` payload, nested values,
+/// metadata, a delay, `expires_at` at the edges of the supported years), whichever way the
+/// backend inserts the batch; resubmitting the batch, whole or mixed with new keys, returns the
+/// stored executions and adds only the new ones.
+pub async fn submit_many_stores_each_row_as_returned<F: BackendFactory>(f: &F) {
+    let (b, _) = backend(f).await;
+    let mut metadata = Map::new();
+    metadata.insert("trace".into(), json!({"id": "abc", "hops": [1, 2.5, null]}));
+    let batch = |keys: &[&str]| -> Vec<ExecutionRequest> {
+        keys.iter()
+            .enumerate()
+            .map(|(i, key)| {
+                let options = SubmitOptions::default().idempotency_key(*key);
+                let (payload, options) = match i % 4 {
+                    0 => (json!(null), options),
+                    1 => (
+                        json!({"nested": {"list": [1, "two", {"three": true}]}, "n": -0.5}),
+                        options.metadata(metadata.clone()),
+                    ),
+                    2 => (
+                        json!("text"),
+                        options
+                            .delay(Duration::from_secs(3600))
+                            .expires_at(datetime!(0001-01-01 23:59:00 +23:59)),
+                    ),
+                    _ => (
+                        json!([i]),
+                        options.expires_at(datetime!(9999-12-31 00:00:00.123456 -23:59:59)),
+                    ),
+                };
+                request("t", payload, options)
+            })
+            .collect()
+    };
+    let first: Vec<Execution> = b
+        .submit_many(batch(&["a", "b", "c", "d"]))
+        .await
+        .unwrap()
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    for e in &first {
+        let stored = b
+            .get(NS, e.id)
+            .await
+            .unwrap()
+            .expect("a returned row is stored");
+        assert_eq!(&stored, e, "the stored row equals the returned one");
+        assert_eq!(e.status, ExecutionStatus::Queued);
+    }
+    assert_eq!(first[0].payload, json!(null));
+    assert_eq!(first[1].metadata.get("trace"), metadata.get("trace"));
+    assert!(first[2].available_at > first[0].available_at);
+    // The same batch again, then the stored keys mixed with new ones.
+    let again = b.submit_many(batch(&["a", "b", "c", "d"])).await.unwrap();
+    for (e, r) in first.iter().zip(&again) {
+        assert_eq!(r.as_ref().unwrap().id, e.id);
+    }
+    let mixed = b.submit_many(batch(&["a", "x", "c", "y"])).await.unwrap();
+    assert_eq!(mixed[0].as_ref().unwrap().id, first[0].id);
+    assert_eq!(mixed[2].as_ref().unwrap().id, first[2].id);
+    for new in [&mixed[1], &mixed[3]] {
+        let new = new.as_ref().unwrap();
+        assert!(first.iter().all(|e| e.id != new.id));
+        assert_eq!(&b.get(NS, new.id).await.unwrap().unwrap(), new);
+    }
+    assert_eq!(
+        b.list(&query(Some("t"), None, 50))
+            .await
+            .unwrap()
+            .items
+            .len(),
+        6
     );
 }
 

@@ -283,21 +283,28 @@ pub async fn worker_shutdown_mid_handler_leaves_retrying_for_another_worker<F: B
 ) {
     let (b, _) = backend(f).await;
     let e = submit(&b, "job", json!(1)).await;
+    // Shutdown must come once the handler runs: a delivery claimed but not yet started is
+    // released to `queued` instead, which is right but not what this case checks.
+    let started = Arc::new(tokio::sync::Notify::new());
+    let handler_started = started.clone();
     let first = OneStepApp::builder("worker-a")
         .shutdown_timeout(Some(Duration::from_millis(100)))
         .task(Task::new("job").source(source(&b, "job")).handler(
-            |_ctx: TaskContext, _v: Value| async {
-                tokio::time::sleep(Duration::from_secs(60)).await;
-                Ok::<_, TaskError>(())
+            move |_ctx: TaskContext, _v: Value| {
+                let started = handler_started.clone();
+                async move {
+                    started.notify_one();
+                    tokio::time::sleep(Duration::from_secs(60)).await;
+                    Ok::<_, TaskError>(())
+                }
             },
         ))
         .build()
         .unwrap();
     let running = Running::start(first);
-    wait_until(&b, e.id, "running", |e| {
-        e.status == ExecutionStatus::Running
-    })
-    .await;
+    tokio::time::timeout(Duration::from_secs(30), started.notified())
+        .await
+        .expect("the handler starts within 30 s");
     running.stop().await;
     let after_shutdown = b.get(NS, e.id).await.unwrap().unwrap();
     assert_eq!(after_shutdown.status, ExecutionStatus::Retrying);

@@ -77,20 +77,13 @@ pub trait Dialect: Send + Sync + Sized + 'static {
     /// namespace, task name. Returns all execution columns of the rows found.
     const ROWS_BY_KEYS: Option<&'static str> = None;
 
-    /// A statement of fixed shape that inserts a batch of new executions (batched submits),
-    /// so its text, and the server's plan for it, is the same at every batch size. `None` (the
-    /// default): multi-row `INSERT … VALUES (?, …), (?, …)`.
-    ///
-    /// Placeholders as in `sql::render`. One parameter: a JSON array text holding one array per
-    /// row, the execution columns in table order (`sql::EXECUTION_COLUMNS`), as written by the
-    /// state machine: ids, texts and timestamps (RFC 3339, UTC, microseconds) as strings or
-    /// `null`, numbers as numbers, `payload` and `metadata` as JSON values, and `result` and
-    /// `error` wrapped in a one-element array (`null` when absent), so a stored JSON `null`
-    /// stays apart from SQL `NULL`.
+    /// A statement of fixed shape that inserts a batch of new executions (batched submits), run
+    /// by [`Dialect::insert_many`], so its text, and the server's plan for it, is the same at
+    /// every batch size. `None` (the default): multi-row `INSERT … VALUES (?, …), (?, …)`.
     ///
     /// A row whose idempotency key (or id) is taken must be skipped, not fail the statement:
-    /// the state machine compares the statement's row count with the rows it sent, and reads
-    /// the stored keys only when they differ (see `submit_many`).
+    /// the state machine compares the row count with the rows it sent, and reads the stored
+    /// keys only when they differ (see `submit_many`).
     const INSERT_MANY: Option<&'static str> = None;
 
     /// Quotes a validated identifier (`"name"`, or `` `name` `` on MySQL), as the DDL does.
@@ -128,6 +121,21 @@ pub trait Dialect: Send + Sync + Sized + 'static {
         sql: &str,
         params: Vec<Param>,
     ) -> Result<u64, sqlx::Error>;
+
+    /// Runs [`Dialect::INSERT_MANY`] (rendered) for `rows`, new executions; returns how many
+    /// went in, fewer than `rows` when a key was taken. Called only for a dialect that has an
+    /// `INSERT_MANY`; the default reports that it has none.
+    async fn insert_many(
+        tx: &mut sqlx::Transaction<'static, Self::Db>,
+        sql: &str,
+        rows: &[&ExecutionRow],
+    ) -> Result<u64, sqlx::Error> {
+        let _ = (tx, sql, rows);
+        Err(sqlx::Error::Protocol(format!(
+            "the {} dialect has no batch insert",
+            Self::NAME
+        )))
+    }
 
     /// Runs a query returning execution rows (all columns, in table order).
     async fn fetch_executions(

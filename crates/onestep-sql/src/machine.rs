@@ -631,55 +631,6 @@ impl<D: Dialect> SqlExecutionBackend<D> {
         ]
     }
 
-    /// One new row as an element of the dialect's `INSERT_MANY` parameter (see
-    /// [`Dialect::INSERT_MANY`]); `None` when a timestamp has no RFC 3339 form (a year outside
-    /// 0–9999), and the batch then goes in as multi-row `VALUES`.
-    fn insert_many_row(row: &ExecutionRow) -> Option<Value> {
-        fn time(t: Option<OffsetDateTime>) -> Option<Value> {
-            let Some(t) = t else {
-                return Some(Value::Null);
-            };
-            // Whole microseconds, as the drivers bind a timestamp and the columns store it.
-            let t = onestep_core::clock::utc(t)
-                .replace_nanosecond(t.nanosecond() / 1_000 * 1_000)
-                .ok()?;
-            t.format(&time::format_description::well_known::Rfc3339)
-                .ok()
-                .map(Value::String)
-        }
-        let text = |v: Option<&str>| v.map_or(Value::Null, |v| Value::String(v.to_owned()));
-        let wrapped = |v: &Option<Value>| {
-            v.as_ref()
-                .map_or(Value::Null, |v| Value::Array(vec![v.clone()]))
-        };
-        Some(Value::Array(vec![
-            Value::String(row.id.to_string()),
-            Value::String(row.namespace.clone()),
-            Value::String(row.task_name.clone()),
-            Value::String(row.status.as_str().to_owned()),
-            row.payload.clone(),
-            row.metadata.clone(),
-            wrapped(&row.result),
-            wrapped(&row.error),
-            text(row.idempotency_key.as_deref()),
-            text(row.submission_digest.as_deref()),
-            Value::from(row.attempts),
-            time(Some(row.available_at))?,
-            row.lease_token
-                .map_or(Value::Null, |t| Value::String(t.to_string())),
-            time(row.lease_expires_at)?,
-            text(row.worker_id.as_deref()),
-            text(row.cancel_reason.as_deref()),
-            time(row.cancel_requested_at)?,
-            time(row.expires_at)?,
-            time(Some(row.created_at))?,
-            time(Some(row.updated_at))?,
-            time(row.started_at)?,
-            time(row.finished_at)?,
-            Value::from(row.version),
-        ]))
-    }
-
     async fn submit_one(&self, request: ExecutionRequest) -> ExecutionResult<Execution> {
         let encoded = encode_submission(&request, &self.inner.options.limits)?;
         let op = ConnectorOperation::Send;
@@ -922,15 +873,9 @@ impl<D: Dialect> SqlExecutionBackend<D> {
                 ))
             });
             for chunk in ordered.chunks(CHUNK) {
-                let many = self.inner.statements.insert_many.as_ref().and_then(|sql| {
-                    let rows: Option<Vec<Value>> = chunk
-                        .iter()
-                        .map(|(_, row)| Self::insert_many_row(row))
-                        .collect();
-                    Some((sql, Value::Array(rows?).to_string()))
-                });
-                if let Some((sql, rows)) = many {
-                    let inserted = D::execute(&mut tx, sql, vec![Param::from(rows)])
+                if let Some(sql) = &self.inner.statements.insert_many {
+                    let rows: Vec<&ExecutionRow> = chunk.iter().map(|(_, row)| row).collect();
+                    let inserted = D::insert_many(&mut tx, sql, &rows)
                         .await
                         .map_err(db::<D>(op))?;
                     if inserted != chunk.len() as u64 {

@@ -82,20 +82,17 @@ const ROWS_BY_KEYS: &str = "/* planned per call */ SELECT x.* FROM jsonb_array_e
 CROSS JOIN LATERAL (SELECT {cols} FROM {e} WHERE namespace = ? AND task_name = ? \
 AND idempotency_key = k.key LIMIT 1) x";
 
-/// A batch of new executions in one fixed-shape insert (see `Dialect::INSERT_MANY`). A
-/// multi-row `VALUES` list of 1,000 rows has 23,000 parameters: its text differs per batch size
-/// and is too large to keep prepared, so every batch paid ~7 ms of parse and ~12 ms of bind
-/// for ~10 ms of execution. One JSON parameter is parsed once per batch, by the server. A row
+/// A batch of new executions in one fixed-shape insert (see `Dialect::INSERT_MANY`): one typed
+/// array per column, bound in binary. A multi-row `VALUES` list of 500 rows has 11,500
+/// parameters; its text differs per batch size and is too large to keep prepared, so every
+/// batch paid ~7 ms of parse and ~12 ms of bind per 1,000 rows for ~10 ms of execution. A row
 /// whose key is taken is skipped (`ON CONFLICT DO NOTHING`), so a batch of new keys needs no
-/// look-up first. (`result` and `error` come wrapped in an array; the `CASE` keeps an absent one
-/// SQL `NULL`, since `'null'::jsonb -> 0` is JSON `null`, not `NULL`.)
-const INSERT_MANY: &str = "INSERT INTO {e} ({cols}) SELECT (r->>0)::uuid, r->>1, r->>2, r->>3, \
-r->4, r->5, CASE jsonb_typeof(r->6) WHEN 'array' THEN r->6->0 END, \
-CASE jsonb_typeof(r->7) WHEN 'array' THEN r->7->0 END, r->>8, r->>9, (r->>10)::integer, (r->>11)::timestamptz, \
-(r->>12)::uuid, (r->>13)::timestamptz, r->>14, r->>15, (r->>16)::timestamptz, \
-(r->>17)::timestamptz, (r->>18)::timestamptz, (r->>19)::timestamptz, (r->>20)::timestamptz, \
-(r->>21)::timestamptz, (r->>22)::bigint FROM jsonb_array_elements(?::jsonb) AS t(r) \
-ON CONFLICT DO NOTHING";
+/// look-up first.
+const INSERT_MANY: &str = "INSERT INTO {e} ({cols}) SELECT * FROM unnest(?::uuid[], ?::text[], \
+?::text[], ?::text[], ?::jsonb[], ?::jsonb[], ?::jsonb[], ?::jsonb[], ?::text[], ?::text[], \
+?::integer[], ?::timestamptz[], ?::uuid[], ?::timestamptz[], ?::text[], ?::text[], \
+?::timestamptz[], ?::timestamptz[], ?::timestamptz[], ?::timestamptz[], ?::timestamptz[], \
+?::timestamptz[], ?::bigint[]) ON CONFLICT DO NOTHING";
 
 fn bind(
     q: Query<'_, sqlx::Postgres, PgArguments>,
@@ -209,6 +206,44 @@ impl Dialect for Postgres {
         params: Vec<Param>,
     ) -> Result<u64, sqlx::Error> {
         Ok(query(sql, params).execute(&mut **tx).await?.rows_affected())
+    }
+
+    async fn insert_many(
+        tx: &mut Transaction<'static, sqlx::Postgres>,
+        sql: &str,
+        rows: &[&ExecutionRow],
+    ) -> Result<u64, sqlx::Error> {
+        fn column<'r, T>(rows: &[&'r ExecutionRow], f: impl Fn(&'r ExecutionRow) -> T) -> Vec<T> {
+            rows.iter().map(|r| f(r)).collect()
+        }
+        use sqlx::types::Json;
+        let done = sqlx::query(sql)
+            .bind(column(rows, |r| r.id))
+            .bind(column(rows, |r| r.namespace.as_str()))
+            .bind(column(rows, |r| r.task_name.as_str()))
+            .bind(column(rows, |r| r.status.as_str()))
+            .bind(column(rows, |r| Json(&r.payload)))
+            .bind(column(rows, |r| Json(&r.metadata)))
+            .bind(column(rows, |r| r.result.as_ref().map(Json)))
+            .bind(column(rows, |r| r.error.as_ref().map(Json)))
+            .bind(column(rows, |r| r.idempotency_key.as_deref()))
+            .bind(column(rows, |r| r.submission_digest.as_deref()))
+            .bind(column(rows, |r| r.attempts))
+            .bind(column(rows, |r| r.available_at))
+            .bind(column(rows, |r| r.lease_token))
+            .bind(column(rows, |r| r.lease_expires_at))
+            .bind(column(rows, |r| r.worker_id.as_deref()))
+            .bind(column(rows, |r| r.cancel_reason.as_deref()))
+            .bind(column(rows, |r| r.cancel_requested_at))
+            .bind(column(rows, |r| r.expires_at))
+            .bind(column(rows, |r| r.created_at))
+            .bind(column(rows, |r| r.updated_at))
+            .bind(column(rows, |r| r.started_at))
+            .bind(column(rows, |r| r.finished_at))
+            .bind(column(rows, |r| r.version))
+            .execute(&mut **tx)
+            .await?;
+        Ok(done.rows_affected())
     }
 
     async fn fetch_executions(
@@ -395,6 +430,10 @@ mod tests {
         assert!(!is_stable(&render(ROWS_BY_KEYS)));
         let insert = render(INSERT_MANY);
         assert!(is_stable(&insert));
-        assert_eq!(insert.matches('$').count(), 1, "one parameter: {insert}");
+        assert_eq!(
+            insert.matches('$').count(),
+            23,
+            "one array per column: {insert}"
+        );
     }
 }

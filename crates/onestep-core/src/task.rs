@@ -326,6 +326,12 @@ impl Task {
     }
 
     /// How many deliveries run at once (>= 1; checked when the app is built).
+    ///
+    /// A delivery holds its slot from the fetch until its attempt's outcome is known: the
+    /// handler, hooks and sinks are done, or the attempt failed or was cancelled. Settling it
+    /// afterwards (the ack, or the tracked execution's completion, which a backend may batch
+    /// and commit a few milliseconds later) does not hold the slot; at most `concurrency` more
+    /// deliveries may be settling at once, and a graceful shutdown waits for them.
     pub fn concurrency(mut self, concurrency: usize) -> Self {
         self.concurrency = concurrency;
         self

@@ -373,6 +373,62 @@ async fn concurrency_is_never_exceeded() {
     assert_eq!(peak.load(Ordering::SeqCst), 3);
 }
 
+/// A delivery gives its slot back once its handler is done, not once it is settled: while slow
+/// acks run, the next handlers start, and no more than `concurrency` deliveries settle beyond
+/// the `concurrency` that run.
+#[tokio::test(start_paused = true)]
+async fn slots_free_up_when_the_handler_returns_and_settling_work_is_bounded() {
+    let log = Log::default();
+    let mut source = ScriptedSource::new((0..20).map(|n| json!(n)), &log);
+    source.ack_delay = Duration::from_secs(1);
+    let running = Arc::new(AtomicUsize::new(0));
+    let peak = Arc::new(AtomicUsize::new(0));
+    let (r, p) = (running.clone(), peak.clone());
+    let app = OneStepApp::builder("app")
+        .task(
+            Task::new("t")
+                .source(Arc::new(source))
+                .concurrency(2)
+                .handler(move |_ctx: TaskContext, _v: Value| {
+                    let (r, p) = (r.clone(), p.clone());
+                    async move {
+                        let now = r.fetch_add(1, Ordering::SeqCst) + 1;
+                        p.fetch_max(now, Ordering::SeqCst);
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                        r.fetch_sub(1, Ordering::SeqCst);
+                        Ok::<_, TaskError>(())
+                    }
+                }),
+        )
+        .build()
+        .unwrap();
+    shutdown_after(&app, Duration::from_secs(60));
+    app.serve().await.unwrap();
+    assert_eq!(
+        log.count("ack:"),
+        20,
+        "a graceful shutdown waits for settling work"
+    );
+    assert_eq!(
+        peak.load(Ordering::SeqCst),
+        2,
+        "handlers never exceed the concurrency"
+    );
+    let (mut acking, mut most) = (0usize, 0usize);
+    for entry in log.entries() {
+        if entry.starts_with("ack-start:") {
+            acking += 1;
+            most = most.max(acking);
+        } else if entry.starts_with("ack:") {
+            acking -= 1;
+        }
+    }
+    assert_eq!(
+        most, 4,
+        "two deliveries settle beside the two slots (never more), while their handlers ran on"
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn input_that_does_not_fit_the_handler_type_is_a_handler_failure() {
     #[derive(serde::Deserialize)]

@@ -74,10 +74,16 @@ enum Outcome {
 }
 
 /// Processes one delivery to the end. Never panics on user code: a panicking handler is a failure.
+///
+/// `slot` is the runner's concurrency slot: it is given back as soon as the attempt's outcome is
+/// known (the handler, hooks and sinks are done, or the attempt failed or was cancelled), so
+/// the next delivery can start while this one is still being settled (acked, or its completion
+/// committed in a batch).
 pub(crate) async fn execute(
     rt: Arc<TaskRuntime>,
     mut delivery: Box<dyn Delivery>,
     cancel: CancellationToken,
+    slot: tokio::sync::OwnedSemaphorePermit,
 ) {
     let started = Instant::now();
     let envelope = Arc::new(delivery.envelope().clone());
@@ -116,6 +122,7 @@ pub(crate) async fn execute(
         }
     };
 
+    drop(slot);
     let outcome = match outcome {
         Outcome::Ready(result) => settle(&rt, delivery.as_mut(), result).await,
         other => other,

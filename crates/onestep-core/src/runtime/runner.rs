@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::watch;
+use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
@@ -18,6 +18,11 @@ use crate::source::Source;
 /// How long a busy runner waits for more slots to free up before fetching anyway.
 const COALESCE_WAIT: Duration = Duration::from_millis(20);
 
+/// How many deliveries may be settling (their ack or completion being written) beyond the ones
+/// whose handlers hold a slot, per slot. A slot is given back when the attempt's outcome is
+/// known; this bounds the work a runner holds while its backend commits.
+const SETTLING_PER_SLOT: usize = 1;
+
 /// How long a runner waits for in-flight work at shutdown, and for cancelled work to clean up.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct ShutdownBudget {
@@ -30,7 +35,10 @@ pub(crate) struct Runner {
     source: Arc<dyn Source>,
     control: Arc<Control>,
     budget: ShutdownBudget,
+    /// Every delivery this runner started and has not finished settling.
     inflight: JoinSet<()>,
+    /// The task's concurrency: one permit per delivery whose attempt is still running.
+    slots: Arc<Semaphore>,
     /// Cancels every in-flight attempt of this runner (shutdown past its timeout).
     attempts: CancellationToken,
 }
@@ -43,17 +51,32 @@ impl Runner {
         budget: ShutdownBudget,
     ) -> Self {
         Self {
-            rt,
             source,
             control,
             budget,
             inflight: JoinSet::new(),
+            slots: Arc::new(Semaphore::new(concurrency(&rt))),
             attempts: CancellationToken::new(),
+            rt,
         }
     }
 
     fn task(&self) -> &str {
         &self.rt.task_name
+    }
+
+    /// How many deliveries may start now: free slots, within the bound on settling work.
+    fn free(&self) -> usize {
+        let bound = concurrency(&self.rt) * (1 + SETTLING_PER_SLOT);
+        self.slots
+            .available_permits()
+            .min(bound.saturating_sub(self.inflight.len()))
+    }
+
+    /// Whether the slots (not the bound on settling work) are what holds the runner back from
+    /// starting `wanted` more deliveries.
+    fn short_of_slots(&self, wanted: usize) -> bool {
+        self.slots.available_permits() < wanted
     }
 
     /// Runs until shutdown (Ok) or a non-retryable source error (Err, after in-flight work ended).
@@ -69,7 +92,7 @@ impl Runner {
 
     async fn fetch_loop(&mut self, control: &mut watch::Receiver<ControlState>) -> Result<()> {
         let task = self.rt.task_name.clone();
-        let concurrency = self.rt.task.concurrency.max(1);
+        let concurrency = concurrency(&self.rt);
         // Whether the runner already waited for more free slots since its last fetch.
         let mut gathered = false;
         loop {
@@ -82,10 +105,13 @@ impl Runner {
                 self.park(control).await;
                 continue;
             }
-            let free = concurrency.saturating_sub(self.inflight.len());
+            let free = self.free();
             if free == 0 {
+                let slots = self.slots.clone();
+                let short_of_slots = self.short_of_slots(1);
                 tokio::select! {
                     _ = self.inflight.join_next() => {}
+                    _ = slots.acquire(), if short_of_slots => {}
                     _ = control.changed() => {}
                 }
                 continue;
@@ -98,12 +124,16 @@ impl Runner {
                 gathered = true;
                 let gather = COALESCE_WAIT.min(self.source.poll_interval());
                 let deadline = tokio::time::Instant::now() + gather;
-                while concurrency.saturating_sub(self.inflight.len()) < worth_fetching {
+                while self.free() < worth_fetching {
+                    let slots = self.slots.clone();
+                    let short_of_slots = self.short_of_slots(worth_fetching);
+                    let wanted = u32::try_from(worth_fetching).unwrap_or(u32::MAX);
                     tokio::select! {
                         done = self.inflight.join_next() => match done {
                             Some(done) => log_join(&task, done),
                             None => break,
                         },
+                        _ = slots.acquire_many(wanted), if short_of_slots => {}
                         _ = tokio::time::sleep_until(deadline) => break,
                         _ = control.changed() => break,
                     }
@@ -156,13 +186,21 @@ impl Runner {
                         self.release_all(deliveries).await;
                         continue;
                     }
-                    for delivery in deliveries {
+                    let mut deliveries = deliveries.into_iter();
+                    for delivery in deliveries.by_ref() {
+                        // A source returns at most the free slots it was asked for.
+                        let Ok(slot) = self.slots.clone().try_acquire_owned() else {
+                            tracing::error!(task = %task, "the source returned more deliveries than it was asked for; handing the rest back");
+                            self.release_all(std::iter::once(delivery).collect()).await;
+                            break;
+                        };
                         self.rt
                             .emit(TaskEventKind::Fetched, delivery.envelope(), None, None);
                         let token = self.attempts.child_token();
                         self.inflight
-                            .spawn(execute(self.rt.clone(), delivery, token));
+                            .spawn(execute(self.rt.clone(), delivery, token, slot));
                     }
+                    self.release_all(deliveries.collect()).await;
                 }
             }
         }
@@ -243,6 +281,11 @@ impl Runner {
             join_all(&mut self.inflight, &task).await;
         }
     }
+}
+
+/// The task's concurrency (at least one slot).
+fn concurrency(rt: &TaskRuntime) -> usize {
+    rt.task.concurrency.clamp(1, Semaphore::MAX_PERMITS)
 }
 
 async fn join_all(set: &mut JoinSet<()>, task: &str) {

@@ -45,6 +45,8 @@ pub struct ScriptedSource {
     pub retry_hangs: bool,
     pub fail_errors: bool,
     pub poll: Duration,
+    /// How long each ack takes (logged as `ack-start:` when it begins); zero by default.
+    pub ack_delay: Duration,
 }
 
 impl ScriptedSource {
@@ -59,6 +61,7 @@ impl ScriptedSource {
             retry_hangs: false,
             fail_errors: false,
             poll: Duration::from_millis(50),
+            ack_delay: Duration::ZERO,
         }
     }
 
@@ -108,6 +111,7 @@ impl Source for ScriptedSource {
                     log: self.log.clone(),
                     retry_hangs: self.retry_hangs,
                     fail_errors: self.fail_errors,
+                    ack_delay: self.ack_delay,
                 }) as Box<dyn Delivery>
             })
             .collect())
@@ -128,6 +132,7 @@ pub struct ScriptedDelivery {
     pub log: Log,
     pub retry_hangs: bool,
     pub fail_errors: bool,
+    pub ack_delay: Duration,
 }
 
 #[async_trait]
@@ -144,6 +149,10 @@ impl Delivery for ScriptedDelivery {
         Ok(())
     }
     async fn ack(&mut self) -> Result<()> {
+        if !self.ack_delay.is_zero() {
+            self.log.push(format!("ack-start:{}", self.envelope.body));
+            tokio::time::sleep(self.ack_delay).await;
+        }
         self.log.push(format!("ack:{}", self.envelope.body));
         Ok(())
     }

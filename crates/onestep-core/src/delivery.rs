@@ -64,4 +64,15 @@ pub trait Delivery: Send + Sync {
     fn as_managed(&mut self) -> Option<&mut dyn crate::execution::ManagedDelivery> {
         None
     }
+
+    /// Whether the runner may give this delivery's concurrency slot back once its attempt
+    /// succeeded (handler, hooks and sinks done), before the ack has returned. Say yes only when
+    /// the ack is storage I/O that runs no user code and the source does not count in-flight
+    /// work by acks: tracked executions do (their completions are written in batches). Default
+    /// `false`: the slot is held until the delivery is settled. An attempt that fails or is
+    /// cancelled before settling holds its slot through its failure path (hooks and dead
+    /// letters run user code).
+    fn frees_slot_before_ack(&self) -> bool {
+        false
+    }
 }

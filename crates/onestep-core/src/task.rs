@@ -327,11 +327,12 @@ impl Task {
 
     /// How many deliveries run at once (>= 1; checked when the app is built).
     ///
-    /// A delivery holds its slot from the fetch until its attempt's outcome is known: the
-    /// handler, hooks and sinks are done, or the attempt failed or was cancelled. Settling it
-    /// afterwards (the ack, or the tracked execution's completion, which a backend may batch
-    /// and commit a few milliseconds later) does not hold the slot; at most `concurrency` more
-    /// deliveries may be settling at once, and a graceful shutdown waits for them.
+    /// A delivery holds its slot from the fetch until it is settled (acked, retried or failed).
+    /// A tracked execution gives its slot back as soon as its attempt succeeded (handler, hooks
+    /// and sinks done), while its completion is written in a batch (see
+    /// [`Delivery::frees_slot_before_ack`](crate::delivery::Delivery::frees_slot_before_ack)); a
+    /// runner keeps at most `2 × concurrency` deliveries in flight, running or settling, and a
+    /// graceful shutdown waits for all of them.
     pub fn concurrency(mut self, concurrency: usize) -> Self {
         self.concurrency = concurrency;
         self

@@ -694,6 +694,11 @@ impl<B: LeasedExecutionBackend + Clone + 'static> Delivery for ExecutionDelivery
     fn as_managed(&mut self) -> Option<&mut dyn ManagedDelivery> {
         Some(self)
     }
+
+    /// A completion is a batched write with no user code in it.
+    fn frees_slot_before_ack(&self) -> bool {
+        true
+    }
 }
 
 #[async_trait]

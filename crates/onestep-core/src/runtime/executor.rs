@@ -75,10 +75,10 @@ enum Outcome {
 
 /// Processes one delivery to the end. Never panics on user code: a panicking handler is a failure.
 ///
-/// `slot` is the runner's concurrency slot: it is given back as soon as the attempt's outcome is
-/// known (the handler, hooks and sinks are done, or the attempt failed or was cancelled), so
-/// the next delivery can start while this one is still being settled (acked, or its completion
-/// committed in a batch).
+/// `slot` is the runner's concurrency slot, held until the delivery is settled; for a delivery
+/// that [frees its slot before the ack](Delivery::frees_slot_before_ack) it is given back as
+/// soon as the attempt succeeded (handler, hooks and sinks done), so the next delivery can start
+/// while this one's completion is committed in a batch.
 pub(crate) async fn execute(
     rt: Arc<TaskRuntime>,
     mut delivery: Box<dyn Delivery>,
@@ -122,7 +122,10 @@ pub(crate) async fn execute(
         }
     };
 
-    drop(slot);
+    let mut slot = Some(slot);
+    if matches!(outcome, Outcome::Ready(_)) && delivery.frees_slot_before_ack() {
+        slot.take();
+    }
     let outcome = match outcome {
         Outcome::Ready(result) => settle(&rt, delivery.as_mut(), result).await,
         other => other,

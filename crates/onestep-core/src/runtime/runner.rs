@@ -18,10 +18,10 @@ use crate::source::Source;
 /// How long a busy runner waits for more slots to free up before fetching anyway.
 const COALESCE_WAIT: Duration = Duration::from_millis(20);
 
-/// How many deliveries may be settling (their ack or completion being written) beyond the ones
-/// whose handlers hold a slot, per slot. A slot is given back when the attempt's outcome is
-/// known; this bounds the work a runner holds while its backend commits.
-const SETTLING_PER_SLOT: usize = 1;
+/// How many deliveries a runner keeps in flight (running or settling) per slot. A delivery that
+/// frees its slot before its ack (see `Delivery::frees_slot_before_ack`) stays in flight until
+/// settled; this bounds the work a runner holds while its backend commits.
+const IN_FLIGHT_PER_SLOT: usize = 2;
 
 /// How long a runner waits for in-flight work at shutdown, and for cancelled work to clean up.
 #[derive(Debug, Clone, Copy)]
@@ -67,7 +67,7 @@ impl Runner {
 
     /// How many deliveries may start now: free slots, within the bound on settling work.
     fn free(&self) -> usize {
-        let bound = concurrency(&self.rt) * (1 + SETTLING_PER_SLOT);
+        let bound = concurrency(&self.rt).saturating_mul(IN_FLIGHT_PER_SLOT);
         self.slots
             .available_permits()
             .min(bound.saturating_sub(self.inflight.len()))
@@ -186,11 +186,17 @@ impl Runner {
                         self.release_all(deliveries).await;
                         continue;
                     }
+                    let mut deliveries = deliveries;
+                    if deliveries.len() > free {
+                        tracing::error!(task = %task, asked = free, got = deliveries.len(), "the source returned more deliveries than it was asked for; handing the rest back");
+                        let extra = deliveries.split_off(free);
+                        self.release_all(extra).await;
+                    }
                     let mut deliveries = deliveries.into_iter();
                     for delivery in deliveries.by_ref() {
-                        // A source returns at most the free slots it was asked for.
+                        // `free` counted the permits, and only this loop takes them.
                         let Ok(slot) = self.slots.clone().try_acquire_owned() else {
-                            tracing::error!(task = %task, "the source returned more deliveries than it was asked for; handing the rest back");
+                            tracing::error!(task = %task, "no free slot for a fetched delivery; handing it back");
                             self.release_all(std::iter::once(delivery).collect()).await;
                             break;
                         };

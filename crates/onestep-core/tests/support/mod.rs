@@ -47,6 +47,8 @@ pub struct ScriptedSource {
     pub poll: Duration,
     /// How long each ack takes (logged as `ack-start:` when it begins); zero by default.
     pub ack_delay: Duration,
+    /// What its deliveries answer to `frees_slot_before_ack` (default `false`).
+    pub frees_slot_before_ack: bool,
 }
 
 impl ScriptedSource {
@@ -62,6 +64,7 @@ impl ScriptedSource {
             fail_errors: false,
             poll: Duration::from_millis(50),
             ack_delay: Duration::ZERO,
+            frees_slot_before_ack: false,
         }
     }
 
@@ -112,6 +115,7 @@ impl Source for ScriptedSource {
                     retry_hangs: self.retry_hangs,
                     fail_errors: self.fail_errors,
                     ack_delay: self.ack_delay,
+                    frees_slot_before_ack: self.frees_slot_before_ack,
                 }) as Box<dyn Delivery>
             })
             .collect())
@@ -133,6 +137,7 @@ pub struct ScriptedDelivery {
     pub retry_hangs: bool,
     pub fail_errors: bool,
     pub ack_delay: Duration,
+    pub frees_slot_before_ack: bool,
 }
 
 #[async_trait]
@@ -147,6 +152,9 @@ impl Delivery for ScriptedDelivery {
     async fn release_unstarted(&mut self) -> Result<()> {
         self.log.push(format!("release:{}", self.envelope.body));
         Ok(())
+    }
+    fn frees_slot_before_ack(&self) -> bool {
+        self.frees_slot_before_ack
     }
     async fn ack(&mut self) -> Result<()> {
         if !self.ack_delay.is_zero() {

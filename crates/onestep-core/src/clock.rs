@@ -87,5 +87,19 @@ pub fn utc(t: OffsetDateTime) -> OffsetDateTime {
     })
 }
 
+/// `t` without its sub-microsecond part: what every stored timestamp column keeps (PostgreSQL
+/// `timestamptz`, MySQL `DATETIME(6)`, the SQLite text form), so an execution returned by a write
+/// equals the one read back.
+///
+/// ```
+/// use time::macros::datetime;
+/// let t = datetime!(2026-01-01 00:00:00.123456789 UTC);
+/// assert_eq!(onestep_core::clock::whole_micros(t), datetime!(2026-01-01 00:00:00.123456 UTC));
+/// ```
+pub fn whole_micros(t: OffsetDateTime) -> OffsetDateTime {
+    t.replace_nanosecond(t.nanosecond() / 1_000 * 1_000)
+        .unwrap_or(t)
+}
+
 /// A shared clock handle.
 pub type SharedClock = Arc<dyn Clock>;

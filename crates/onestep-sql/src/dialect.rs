@@ -151,6 +151,13 @@ pub trait Dialect: Send + Sync + Sized + 'static {
         params: Vec<Param>,
     ) -> Result<Vec<Candidate>, sqlx::Error>;
 
+    /// Runs a query returning `status, COUNT(*), MIN(created_at)` rows (one per status).
+    async fn fetch_status_counts(
+        tx: &mut sqlx::Transaction<'static, Self::Db>,
+        sql: &str,
+        params: Vec<Param>,
+    ) -> Result<Vec<(String, i64, Option<OffsetDateTime>)>, sqlx::Error>;
+
     /// Runs a query returning one integer (a `COUNT(*)`).
     async fn fetch_count(
         tx: &mut sqlx::Transaction<'static, Self::Db>,

@@ -165,6 +165,9 @@ struct Inner<D: Dialect> {
     last_maintenance: std::sync::Mutex<Option<std::time::Instant>>,
     /// When the expiry sweep last ran in this process.
     last_expiry_sweep: std::sync::Mutex<Option<std::time::Instant>>,
+    /// Whether the last batched submit that read its keys found some already stored: the next
+    /// batch then reads its keys first instead of trying them as new (see `submit_many`).
+    batch_keys_were_stored: std::sync::atomic::AtomicBool,
     /// Bumped when work may have become claimable (in this process, or notified by another).
     work: Arc<tokio::sync::watch::Sender<u64>>,
     /// The LISTEN task, started by the first idle worker.
@@ -341,8 +344,10 @@ fn new_row_id() -> Uuid {
 }
 
 fn later(now: OffsetDateTime, d: Duration) -> OffsetDateTime {
-    now.checked_add(time::Duration::try_from(d).unwrap_or(time::Duration::MAX))
-        .unwrap_or(now)
+    onestep_core::clock::whole_micros(
+        now.checked_add(time::Duration::try_from(d).unwrap_or(time::Duration::MAX))
+            .unwrap_or(now),
+    )
 }
 
 impl<D: Dialect> SqlExecutionBackend<D> {
@@ -391,6 +396,7 @@ impl<D: Dialect> SqlExecutionBackend<D> {
                 opens: AtomicUsize::new(0),
                 last_maintenance: std::sync::Mutex::new(None),
                 last_expiry_sweep: std::sync::Mutex::new(None),
+                batch_keys_were_stored: std::sync::atomic::AtomicBool::new(false),
                 work: Arc::new(tokio::sync::watch::Sender::new(0)),
                 listener: std::sync::OnceLock::new(),
                 last_notify: std::sync::Mutex::new(None),
@@ -437,13 +443,16 @@ impl<D: Dialect> SqlExecutionBackend<D> {
         tx: &mut Tx<D>,
         operation: ConnectorOperation,
     ) -> ExecutionResult<OffsetDateTime> {
+        // Whole microseconds: what the columns keep, so a returned execution equals the stored one.
         if let Some(clock) = &self.inner.options.clock {
-            return Ok(onestep_core::clock::utc(clock.now()));
+            return Ok(onestep_core::clock::whole_micros(onestep_core::clock::utc(
+                clock.now(),
+            )));
         }
         let db_now = D::database_now(tx).await.map_err(db::<D>(operation))?;
-        Ok(onestep_core::clock::utc(
+        Ok(onestep_core::clock::whole_micros(onestep_core::clock::utc(
             db_now.unwrap_or_else(OffsetDateTime::now_utc),
-        ))
+        )))
     }
 
     /// Commits when `out` is a success, rolls back otherwise. Every write path ends here, so a
@@ -504,37 +513,45 @@ impl<D: Dialect> SqlExecutionBackend<D> {
     pub async fn stats(&self, namespace: Option<&str>) -> ExecutionResult<Vec<StatusCount>> {
         namespace.map_or(Ok(()), |ns| reject_nul("namespace", ns))?;
         let op = ConnectorOperation::Fetch;
-        let mut out = Vec::new();
-        let mut tx = self.begin(op).await?;
-        for status in ExecutionStatus::ALL {
-            let mut sql = format!(
-                "SELECT {cols} FROM {e} WHERE status = ?",
-                cols = sql::EXECUTION_COLUMNS,
-                e = D::quote(&self.inner.tables.executions)
-            );
-            let mut params: Vec<Param> = vec![status.as_str().into()];
-            if let Some(ns) = namespace {
-                sql.push_str(" AND namespace = ?");
-                params.push(ns.into());
-            }
-            sql.push_str(" ORDER BY created_at LIMIT 1");
-            let oldest = D::fetch_executions(&mut tx, &D::render(&sql), params.clone())
-                .await
-                .map_err(db::<D>(op))?;
-            let count_sql = sql
-                .replacen(sql::EXECUTION_COLUMNS, "COUNT(*)", 1)
-                .replace(" ORDER BY created_at LIMIT 1", "");
-            let count = D::fetch_count(&mut tx, &D::render(&count_sql), params)
-                .await
-                .map_err(db::<D>(op))?;
-            let count = usize::try_from(count).unwrap_or(0);
-            out.push(StatusCount {
-                status,
-                count,
-                oldest_created_at: oldest.first().map(|r| r.created_at),
-            });
+        // One pass over the table, whatever the number of statuses (was two queries per
+        // status, each a scan where no index leads with `status`).
+        let mut sql = format!(
+            "SELECT status, COUNT(*), MIN(created_at) FROM {e}",
+            e = D::quote(&self.inner.tables.executions)
+        );
+        let mut params: Vec<Param> = Vec::new();
+        if let Some(ns) = namespace {
+            sql.push_str(" WHERE namespace = ?");
+            params.push(ns.into());
         }
+        sql.push_str(" GROUP BY status");
+        let mut tx = self.begin(op).await?;
+        let rows = D::fetch_status_counts(&mut tx, &D::render(&sql), params)
+            .await
+            .map_err(db::<D>(op))?;
         Self::commit(tx, op).await?;
+        let mut out: Vec<StatusCount> = ExecutionStatus::ALL
+            .into_iter()
+            .map(|status| StatusCount {
+                status,
+                count: 0,
+                oldest_created_at: None,
+            })
+            .collect();
+        for (status, count, oldest) in rows {
+            // The table's CHECK constraint admits only known statuses; a table without it
+            // (created by hand) reports the stranger instead of hiding its rows.
+            let known: ExecutionStatus = status.parse().map_err(|_| {
+                ExecutionError::Backend(
+                    format!("column status holds {status:?}, which is not an execution status")
+                        .into(),
+                )
+            })?;
+            if let Some(entry) = out.iter_mut().find(|s| s.status == known) {
+                entry.count = usize::try_from(count).unwrap_or(0);
+                entry.oldest_created_at = oldest;
+            }
+        }
         Ok(out)
     }
 
@@ -814,6 +831,11 @@ impl<D: Dialect> SqlExecutionBackend<D> {
                             .map_err(db::<D>(op))?,
                     );
                 }
+            }
+            if look_up_keys {
+                self.inner
+                    .batch_keys_were_stored
+                    .store(!existing.is_empty(), Ordering::Relaxed);
             }
             let existing: std::collections::HashMap<(&str, &str, &str), &ExecutionRow> = existing
                 .iter()
@@ -1153,8 +1175,11 @@ impl<D: Dialect> ExecutionBackend for SqlExecutionBackend<D> {
             return Ok(out);
         }
         // Where the dialect's batch insert skips taken keys, first try the batch as all new
-        // (no look-up); a batch that turns out to repeat a stored key goes again with one.
-        let optimistic = self.inner.statements.insert_many.is_some();
+        // (no look-up); a batch that turns out to repeat a stored key goes again with one. After
+        // a batch whose look-up found stored keys (a client resubmitting), batches read their
+        // keys first until one finds none, so retries do not pay for an insert and a rollback.
+        let optimistic = self.inner.statements.insert_many.is_some()
+            && !self.inner.batch_keys_were_stored.load(Ordering::Relaxed);
         let mut out = retry_transient(|| self.submit_batch(&requests, !optimistic)).await;
         if optimistic && matches!(out, Ok(None)) {
             out = retry_transient(|| self.submit_batch(&requests, true)).await;

@@ -270,6 +270,19 @@ impl Dialect for MySql {
             .collect()
     }
 
+    async fn fetch_status_counts(
+        tx: &mut Transaction<'static, sqlx::MySql>,
+        sql: &str,
+        params: Vec<Param>,
+    ) -> Result<Vec<(String, i64, Option<OffsetDateTime>)>, sqlx::Error> {
+        query(sql, params)
+            .fetch_all(&mut **tx)
+            .await?
+            .iter()
+            .map(|row| Ok((row.try_get(0)?, row.try_get(1)?, time(row, 2)?)))
+            .collect()
+    }
+
     async fn fetch_count(
         tx: &mut Transaction<'static, sqlx::MySql>,
         sql: &str,

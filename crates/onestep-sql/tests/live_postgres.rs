@@ -25,6 +25,7 @@ live_cases!(
     two_attempts_tables_can_share_one_executions_table,
     concurrent_submits_with_one_key_create_one_execution,
     concurrent_batches_with_overlapping_keys_create_one_execution_per_key,
+    stats_count_each_status_with_its_oldest_submission,
     concurrent_claimers_never_claim_a_row_twice,
     heartbeat_prevents_takeover,
     expired_lease_takeover_fences_the_old_worker,

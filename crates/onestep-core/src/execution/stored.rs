@@ -340,6 +340,10 @@ impl ExecutionRow {
                 .unwrap_or_else(|| time::PrimitiveDateTime::MAX.assume_utc()),
             _ => now,
         };
+        let (now, available_at) = (
+            crate::clock::whole_micros(now),
+            crate::clock::whole_micros(available_at),
+        );
         Self {
             id,
             namespace: request.namespace.clone(),
@@ -358,7 +362,9 @@ impl ExecutionRow {
             worker_id: None,
             cancel_reason: None,
             cancel_requested_at: None,
-            expires_at: request.expires_at.map(crate::clock::utc),
+            expires_at: request
+                .expires_at
+                .map(|t| crate::clock::whole_micros(crate::clock::utc(t))),
             created_at: now,
             updated_at: now,
             started_at: None,
@@ -525,7 +531,11 @@ mod tests {
         .unwrap();
         let encoded = encode_submission(&ok, &ExecutionLimits::default()).unwrap();
         let row = ExecutionRow::queued(&ok, encoded, Uuid::nil(), datetime!(9999-12-31 12:00 UTC));
-        assert_eq!(row.available_at, time::PrimitiveDateTime::MAX.assume_utc());
+        assert_eq!(
+            row.available_at,
+            crate::clock::whole_micros(time::PrimitiveDateTime::MAX.assume_utc()),
+            "the last storable instant"
+        );
     }
 
     #[test]

@@ -137,7 +137,8 @@ pub async fn concurrent_batches_with_overlapping_keys_create_one_execution_per_k
     for batch in 0..4usize {
         let b = b.clone();
         set.spawn(async move {
-            // Batches walk the keys from different ends, so they collide mid-batch.
+            // Batches list the keys from different ends; the insert orders them by key, which
+            // is what keeps these batches from deadlocking.
             let mut keys: Vec<usize> = (0..200).collect();
             if batch % 2 == 1 {
                 keys.reverse();
@@ -175,6 +176,59 @@ pub async fn concurrent_batches_with_overlapping_keys_create_one_execution_per_k
         total,
         200 + 4 * 20,
         "one execution per key plus every keyless request"
+    );
+}
+
+/// `stats` counts each status of one namespace (every status listed, absent ones as zero) with
+/// the oldest submission of each, in one pass; other namespaces stay out unless asked for.
+pub async fn stats_count_each_status_with_its_oldest_submission<D: Dialect>(dsn: &str) {
+    let b = SqlExecutionBackend::<D>::new(dsn, fresh_options()).unwrap();
+    b.open().await.unwrap();
+    let mut ids = Vec::new();
+    for n in 0..4 {
+        ids.push(b.submit(request("s", n)).await.unwrap());
+        // Distinct submission times, so "oldest" is well defined.
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let other =
+        ExecutionRequest::new("elsewhere", "s", json!(1), SubmitOptions::default()).unwrap();
+    b.submit(other).await.unwrap();
+    b.request_cancel("live", ids[1].id, None).await.unwrap();
+    let claimed = claim(&b, "s", 1, 30.0, "w").await;
+    assert_eq!(
+        claimed[0].execution.id, ids[0].id,
+        "the oldest is claimed first"
+    );
+
+    let stats = b.stats(Some("live")).await.unwrap();
+    assert_eq!(
+        stats.len(),
+        ExecutionStatus::ALL.len(),
+        "every status is listed"
+    );
+    let of = |status| stats.iter().find(|s| s.status == status).unwrap();
+    assert_eq!(of(ExecutionStatus::Running).count, 1);
+    assert_eq!(of(ExecutionStatus::Cancelled).count, 1);
+    assert_eq!(of(ExecutionStatus::Queued).count, 2);
+    assert_eq!(of(ExecutionStatus::Succeeded).count, 0);
+    assert_eq!(of(ExecutionStatus::Succeeded).oldest_created_at, None);
+    assert_eq!(
+        of(ExecutionStatus::Queued).oldest_created_at,
+        Some(ids[2].created_at),
+        "the oldest queued submission"
+    );
+    assert_eq!(
+        of(ExecutionStatus::Running).oldest_created_at,
+        Some(ids[0].created_at)
+    );
+    let everywhere = b.stats(None).await.unwrap();
+    let queued = everywhere
+        .iter()
+        .find(|s| s.status == ExecutionStatus::Queued)
+        .unwrap();
+    assert_eq!(
+        queued.count, 3,
+        "without a namespace every namespace counts"
     );
 }
 

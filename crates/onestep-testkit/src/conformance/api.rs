@@ -295,14 +295,7 @@ pub async fn submit_many_applies_the_rules_to_each_item<F: BackendFactory>(f: &F
         Err(ExecutionError::InvalidArgument { .. })
     ));
     assert!(results[4].is_ok());
-    assert_eq!(
-        b.list(&query(Some("t"), None, 50))
-            .await
-            .unwrap()
-            .items
-            .len(),
-        3
-    );
+    assert_eq!(listed(&b, "t").await, 3);
     // A key repeated inside one batch behaves as two sequential submits.
     let twice = b
         .submit_many(vec![
@@ -327,14 +320,7 @@ pub async fn submit_many_applies_the_rules_to_each_item<F: BackendFactory>(f: &F
         .unwrap();
     assert_eq!(twice[0].as_ref().unwrap().id, twice[1].as_ref().unwrap().id);
     assert!(matches!(twice[2], Err(ExecutionError::Conflict(_))));
-    assert_eq!(
-        b.list(&query(Some("u"), None, 50))
-            .await
-            .unwrap()
-            .items
-            .len(),
-        2
-    );
+    assert_eq!(listed(&b, "u").await, 2);
 }
 
 /// A batch stores each row exactly as it returns it (a JSON `null` payload, nested values,
@@ -403,14 +389,7 @@ pub async fn submit_many_stores_each_row_as_returned<F: BackendFactory>(f: &F) {
         assert!(first.iter().all(|e| e.id != new.id));
         assert_eq!(&b.get(NS, new.id).await.unwrap().unwrap(), new);
     }
-    assert_eq!(
-        b.list(&query(Some("t"), None, 50))
-            .await
-            .unwrap()
-            .items
-            .len(),
-        6
-    );
+    assert_eq!(listed(&b, "t").await, 6);
 }
 
 /// Namespaces isolate executions.
@@ -792,6 +771,15 @@ pub async fn submit_rejects_values_nested_deeper_than_the_stored_depth_limit<F: 
     let mut expected = vec![deepest.id, batched.id];
     expected.sort();
     assert_eq!(ids, expected);
+}
+
+/// How many executions of `task` the first list page (up to 50) shows.
+async fn listed<B: ExecutionBackend>(b: &B, task: &str) -> usize {
+    b.list(&query(Some(task), None, 50))
+        .await
+        .unwrap()
+        .items
+        .len()
 }
 
 fn query(task: Option<&str>, status: Option<ExecutionStatus>, limit: u32) -> ExecutionQuery {

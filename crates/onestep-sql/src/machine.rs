@@ -648,6 +648,18 @@ impl<D: Dialect> SqlExecutionBackend<D> {
         ]
     }
 
+    /// Submits each request in its own transaction, in order (`submit`, with transient retries).
+    async fn submit_one_by_one(
+        &self,
+        requests: Vec<ExecutionRequest>,
+    ) -> Vec<ExecutionResult<Execution>> {
+        let mut out = Vec::with_capacity(requests.len());
+        for r in requests {
+            out.push(ExecutionBackend::submit(self, r).await);
+        }
+        out
+    }
+
     async fn submit_one(&self, request: ExecutionRequest) -> ExecutionResult<Execution> {
         let encoded = encode_submission(&request, &self.inner.options.limits)?;
         let op = ConnectorOperation::Send;
@@ -1168,11 +1180,7 @@ impl<D: Dialect> ExecutionBackend for SqlExecutionBackend<D> {
         requests: Vec<ExecutionRequest>,
     ) -> ExecutionResult<Vec<ExecutionResult<Execution>>> {
         if requests.len() < 2 {
-            let mut out = Vec::with_capacity(requests.len());
-            for r in requests {
-                out.push(self.submit(r).await);
-            }
-            return Ok(out);
+            return Ok(self.submit_one_by_one(requests).await);
         }
         // Where the dialect's batch insert skips taken keys, first try the batch as all new
         // (no look-up); a batch that turns out to repeat a stored key goes again with one. After
@@ -1184,33 +1192,22 @@ impl<D: Dialect> ExecutionBackend for SqlExecutionBackend<D> {
         if optimistic && matches!(out, Ok(None)) {
             out = retry_transient(|| self.submit_batch(&requests, true)).await;
         }
-        match out {
+        // A concurrent submit took one of the keys between our check and the insert (a skipped
+        // row, or a unique violation): the transaction rolled back, so submitting one by one
+        // resolves each key on its own.
+        let raced = match out {
             Ok(Some(out)) => {
                 self.wake_local();
-                Ok(out)
+                return Ok(out);
             }
-            // A concurrent submit took one of the keys between our check and the insert: the
-            // transaction rolled back, so submitting one by one resolves each key on its own.
-            Ok(None) => {
-                tracing::debug!("batched submit raced on a key; submitting one by one");
-                let mut out = Vec::with_capacity(requests.len());
-                for r in requests {
-                    out.push(self.submit(r).await);
-                }
-                Ok(out)
-            }
-            Err(err) if is_unique_violation(&err) => {
-                tracing::debug!(error = %err, "batched submit raced on a key; submitting one by one");
-                let mut out = Vec::with_capacity(requests.len());
-                for r in requests {
-                    out.push(self.submit(r).await);
-                }
-                Ok(out)
-            }
+            Ok(None) => None,
+            Err(err) if is_unique_violation(&err) => Some(err),
             // Any other failure (including a lost COMMIT reply) leaves the outcome unknown:
             // report it rather than submitting again, which could duplicate keyless requests.
-            Err(err) => Err(err),
-        }
+            Err(err) => return Err(err),
+        };
+        tracing::debug!(error = ?raced, "batched submit raced on a key; submitting one by one");
+        Ok(self.submit_one_by_one(requests).await)
     }
 
     async fn get(&self, namespace: &str, id: Uuid) -> ExecutionResult<Option<Execution>> {

@@ -126,3 +126,43 @@ async fn claim_fails_only_the_bad_row<D: Dialect>(
         "reading it still reports the decode error"
     );
 }
+
+/// A status the state machine does not know (a table whose CHECK constraint was dropped) makes
+/// `stats` fail naming the value, instead of leaving those rows out of every count.
+#[tokio::test]
+async fn stats_report_a_status_outside_the_state_machine() {
+    let b = PostgresExecutionBackend::new(&support::postgres_url(), support::live::fresh_options())
+        .unwrap();
+    let stray = b
+        .submit(ExecutionRequest::new("live", "t", json!(1), SubmitOptions::default()).unwrap())
+        .await
+        .unwrap();
+    let pool = b.connector().pool().unwrap();
+    let table = b.tables().executions.clone();
+    let check: String = sqlx::query_scalar(
+        "SELECT conname::text FROM pg_constraint WHERE conrelid = $1::regclass \
+         AND contype = 'c' AND pg_get_constraintdef(oid) LIKE '%status%queued%'",
+    )
+    .bind(format!("\"{table}\""))
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    sqlx::query(&format!(
+        "ALTER TABLE \"{table}\" DROP CONSTRAINT \"{check}\""
+    ))
+    .execute(&pool)
+    .await
+    .unwrap();
+    sqlx::query(&format!(
+        "UPDATE \"{table}\" SET status = 'paused' WHERE id = $1"
+    ))
+    .bind(stray.id)
+    .execute(&pool)
+    .await
+    .unwrap();
+    let err = b.stats(Some("live")).await.unwrap_err().to_string();
+    assert!(
+        err.contains(r#"column status holds "paused", which is not an execution status"#),
+        "{err}"
+    );
+}

@@ -437,6 +437,52 @@ async fn a_slot_frees_before_the_ack_only_when_the_delivery_allows_it() {
     );
 }
 
+/// A source that returns more deliveries than it was asked for gets the extra ones handed back
+/// unstarted; the task's concurrency is never exceeded.
+#[tokio::test(start_paused = true)]
+async fn deliveries_beyond_what_was_asked_for_are_handed_back() {
+    let log = Log::default();
+    let mut source = ScriptedSource::new((0..12).map(|n| json!(n)), &log);
+    source.over_deliver = 2;
+    let running = Arc::new(AtomicUsize::new(0));
+    let peak = Arc::new(AtomicUsize::new(0));
+    let (r, p) = (running.clone(), peak.clone());
+    let app = OneStepApp::builder("app")
+        .task(
+            Task::new("t")
+                .source(Arc::new(source))
+                .concurrency(2)
+                .handler(move |_ctx: TaskContext, _v: Value| {
+                    let (r, p) = (r.clone(), p.clone());
+                    async move {
+                        let now = r.fetch_add(1, Ordering::SeqCst) + 1;
+                        p.fetch_max(now, Ordering::SeqCst);
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                        r.fetch_sub(1, Ordering::SeqCst);
+                        Ok::<_, TaskError>(())
+                    }
+                }),
+        )
+        .build()
+        .unwrap();
+    shutdown_after(&app, Duration::from_secs(5));
+    app.serve().await.unwrap();
+    assert_eq!(
+        peak.load(Ordering::SeqCst),
+        2,
+        "the concurrency is never exceeded"
+    );
+    assert!(
+        log.count("release:") > 0,
+        "the extra deliveries were handed back"
+    );
+    assert_eq!(
+        log.count("ack:") + log.count("release:"),
+        12,
+        "every delivery was either run or handed back"
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn input_that_does_not_fit_the_handler_type_is_a_handler_failure() {
     #[derive(serde::Deserialize)]

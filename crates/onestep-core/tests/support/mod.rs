@@ -49,6 +49,8 @@ pub struct ScriptedSource {
     pub ack_delay: Duration,
     /// What its deliveries answer to `frees_slot_before_ack` (default `false`).
     pub frees_slot_before_ack: bool,
+    /// When set, every fetch returns this many deliveries more than it was asked for.
+    pub over_deliver: usize,
 }
 
 impl ScriptedSource {
@@ -65,6 +67,7 @@ impl ScriptedSource {
             poll: Duration::from_millis(50),
             ack_delay: Duration::ZERO,
             frees_slot_before_ack: false,
+            over_deliver: 0,
         }
     }
 
@@ -105,7 +108,7 @@ impl Source for ScriptedSource {
             return Err(err);
         }
         let mut bodies = self.bodies.lock().unwrap();
-        let n = limit.min(bodies.len());
+        let n = limit.saturating_add(self.over_deliver).min(bodies.len());
         Ok(bodies
             .drain(..n)
             .map(|body| {

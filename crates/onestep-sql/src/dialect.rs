@@ -32,6 +32,29 @@ impl Default for PoolSettings {
 /// A row of maintenance candidates: id, version and lease token.
 pub type Candidate = (Uuid, i64, Option<Uuid>);
 
+/// One accepted completion of a batch, as [`Dialect::complete_many`] writes it: the execution's
+/// new state (its lease, token and worker are cleared, its version bumped, `updated_at` set to
+/// the batch's time) and its attempt's.
+#[derive(Debug, Clone, Copy)]
+pub struct CompletionWrite<'a> {
+    /// The execution.
+    pub execution_id: Uuid,
+    /// The attempt being finished (still `running`).
+    pub attempt_id: Uuid,
+    /// The execution's new status.
+    pub status: &'a str,
+    /// The attempt's final status.
+    pub attempt_status: &'a str,
+    /// The stored result (a success), else `None`.
+    pub result: Option<&'a serde_json::Value>,
+    /// The stored error (a failure or retry), else `None`; written to both rows.
+    pub error: Option<&'a serde_json::Value>,
+    /// When the execution is next claimable (a retry), else its current `available_at`.
+    pub available_at: OffsetDateTime,
+    /// When it finished, or `None` for a retry.
+    pub finished_at: Option<OffsetDateTime>,
+}
+
 /// What differs between PostgreSQL, MySQL and SQLite: how to lock, what "now" is, how values bind
 /// and decode, how errors classify, and how tables are created.
 ///
@@ -86,6 +109,20 @@ pub trait Dialect: Send + Sync + Sized + 'static {
     /// keys only when they differ (see `submit_many`).
     const INSERT_MANY: Option<&'static str> = None;
 
+    /// How a statement of fixed shape matches `id` against a batch of ids bound as one
+    /// comma-separated text (batched completions lock their rows with it), so its text, and
+    /// the server's plan for it, is the same at every batch size; PostgreSQL's is
+    /// `= ANY(string_to_array(?, ',')::uuid[])`. `None` (the default): `IN (?, …)`, one
+    /// parameter per id.
+    const ID_IN_TEXT_LIST: Option<&'static str> = None;
+
+    /// Two statements of fixed shape that write a batch of accepted completions, run by
+    /// [`Dialect::complete_many`]: the first updates the executions, the second finishes their
+    /// attempts (only those still `running`). `None` (the default): one
+    /// `UPDATE … SET column = CASE id WHEN ? THEN ? … END` per table, whose text differs per
+    /// batch size.
+    const COMPLETE_MANY: Option<[&'static str; 2]> = None;
+
     /// Quotes a validated identifier (`"name"`, or `` `name` `` on MySQL), as the DDL does.
     fn quote(identifier: &str) -> String {
         format!("\"{identifier}\"")
@@ -133,6 +170,23 @@ pub trait Dialect: Send + Sync + Sized + 'static {
         let _ = (tx, sql, rows);
         Err(sqlx::Error::Protocol(format!(
             "the {} dialect has no batch insert",
+            Self::NAME
+        )))
+    }
+
+    /// Runs [`Dialect::COMPLETE_MANY`] (rendered) for `writes`, completions the state machine
+    /// has accepted (their rows locked); returns how many executions and how many attempts
+    /// were updated. Called only for a dialect that has a `COMPLETE_MANY`; the default reports
+    /// that it has none.
+    async fn complete_many(
+        tx: &mut sqlx::Transaction<'static, Self::Db>,
+        sql: &[String; 2],
+        now: OffsetDateTime,
+        writes: &[CompletionWrite<'_>],
+    ) -> Result<(u64, u64), sqlx::Error> {
+        let _ = (tx, sql, now, writes);
+        Err(sqlx::Error::Protocol(format!(
+            "the {} dialect has no batched completion",
             Self::NAME
         )))
     }

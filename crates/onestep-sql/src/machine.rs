@@ -28,8 +28,8 @@ use tokio::sync::Mutex as AsyncMutex;
 use uuid::Uuid;
 
 use crate::connector::SqlConnector;
-use crate::dialect::Dialect;
-use crate::param::Param;
+use crate::dialect::{CompletionWrite, Dialect};
+use crate::param::{PLAN_PER_CALL, Param};
 use crate::schema::{SchemaError, TableNames};
 use crate::sql;
 
@@ -108,6 +108,8 @@ struct Statements {
     rows_by_keys: Option<String>,
     /// The dialect's fixed-shape insert of a batch of new executions, if it has one.
     insert_many: Option<String>,
+    /// The dialect's fixed-shape writes of a batch of completions, if it has them.
+    complete_many: Option<[String; 2]>,
     heartbeat: String,
     heartbeat_attempt: String,
     get_running_attempt: String,
@@ -140,6 +142,8 @@ impl Statements {
                 .map(|t| r(&one_statement_claim(t, "= ?"))),
             rows_by_keys: D::ROWS_BY_KEYS.map(r),
             insert_many: D::INSERT_MANY.map(r),
+            complete_many: D::COMPLETE_MANY
+                .map(|[executions, attempts]| [r(executions), r(attempts)]),
             heartbeat: r(sql::HEARTBEAT),
             heartbeat_attempt: r(sql::HEARTBEAT_ATTEMPT),
             get_running_attempt: r(sql::GET_RUNNING_ATTEMPT),
@@ -1347,6 +1351,30 @@ impl<D: Dialect> LeasedExecutionBackend for SqlExecutionBackend<D> {
             .await
     }
 
+    /// Renews distinct leases in one transaction, four statements whatever their number (the
+    /// leases of one execution twice, or a zero lease, go one by one); each lease is decided on
+    /// its own, as [`heartbeat`](LeasedExecutionBackend::heartbeat) decides it.
+    async fn heartbeat_many(
+        &self,
+        leases: &[(Uuid, Uuid, Uuid)],
+        lease_duration: Duration,
+    ) -> ExecutionResult<Vec<ExecutionResult<HeartbeatResult>>> {
+        let mut ids: Vec<Uuid> = leases.iter().map(|l| l.0).collect();
+        ids.sort();
+        ids.dedup();
+        if leases.len() < 2 || ids.len() != leases.len() || lease_duration.is_zero() {
+            let mut out = Vec::with_capacity(leases.len());
+            for &(execution_id, attempt_id, token) in leases {
+                out.push(
+                    self.heartbeat_once(execution_id, attempt_id, token, lease_duration)
+                        .await,
+                );
+            }
+            return Ok(out);
+        }
+        self.heartbeat_batch(leases, lease_duration).await
+    }
+
     async fn complete(
         &self,
         execution_id: Uuid,
@@ -1874,6 +1902,124 @@ impl<D: Dialect> SqlExecutionBackend<D> {
         Self::finish(tx, out, op).await
     }
 
+    /// A statement over a batch of ids and its id parameters: `template`'s `{ids}` becomes the
+    /// dialect's fixed-shape match with the ids as one text ([`Dialect::ID_IN_TEXT_LIST`]), or
+    /// `IN (?, …)` with one parameter per id. Either way it is planned per call: a plan kept
+    /// from the start of a drain, when the attempts table was nearly empty, would scan the whole
+    /// table for every batch once it has grown.
+    fn over_ids(
+        &self,
+        template: &str,
+        ids: impl ExactSizeIterator<Item = Uuid>,
+    ) -> (String, Vec<Param>) {
+        let (e, a) = (
+            D::quote(&self.inner.tables.executions),
+            D::quote(&self.inner.tables.attempts),
+        );
+        let (matcher, params) = match D::ID_IN_TEXT_LIST {
+            Some(matcher) => {
+                let list = ids.map(|id| id.to_string()).collect::<Vec<_>>().join(",");
+                (matcher.to_string(), vec![Param::Text(list)])
+            }
+            None => (
+                format!("IN ({})", vec!["?"; ids.len()].join(", ")),
+                ids.map(Param::from).collect(),
+            ),
+        };
+        let statement = sql::render(
+            &template.replace("{ids}", &matcher),
+            &e,
+            &a,
+            D::FOR_UPDATE,
+            D::SKIP_LOCKED,
+        );
+        (format!("{PLAN_PER_CALL}{}", D::render(&statement)), params)
+    }
+
+    /// Renews distinct leases in one transaction: lock their executions (in id order) and read
+    /// their running attempts, decide each lease with the rules of
+    /// [`heartbeat`](LeasedExecutionBackend::heartbeat), renew the held ones with one UPDATE per
+    /// table, commit once. A lease that is not held is reported lost and left unchanged.
+    async fn heartbeat_batch(
+        &self,
+        leases: &[(Uuid, Uuid, Uuid)],
+        lease_duration: Duration,
+    ) -> ExecutionResult<Vec<ExecutionResult<HeartbeatResult>>> {
+        let op = ConnectorOperation::Heartbeat;
+        let (lock, execution_ids) = self.over_ids(sql::LOCK_MANY, leases.iter().map(|l| l.0));
+        let (attempts, attempt_ids) =
+            self.over_ids(sql::RUNNING_ATTEMPTS_MANY, leases.iter().map(|l| l.1));
+        let mut tx = self.begin(op).await?;
+        let out: ExecutionResult<_> = async {
+            let now = self.now(&mut tx, op).await?;
+            let expires = later(now, lease_duration);
+            let rows = D::fetch_executions(&mut tx, &lock, execution_ids)
+                .await
+                .map_err(db::<D>(op))?;
+            let running = D::fetch_attempts(&mut tx, &attempts, attempt_ids)
+                .await
+                .map_err(db::<D>(op))?;
+            let mut held = Vec::with_capacity(leases.len());
+            let results: Vec<ExecutionResult<HeartbeatResult>> = leases
+                .iter()
+                .map(|&(execution_id, attempt_id, token)| {
+                    let row = rows.iter().find(|r| {
+                        r.id == execution_id
+                            && r.lease_token == Some(token)
+                            && matches!(
+                                r.status,
+                                ExecutionStatus::Running | ExecutionStatus::CancelRequested
+                            )
+                            && r.lease_expires_at.is_some_and(|e| e > now)
+                    });
+                    let attempt = running.iter().any(|r| {
+                        r.id == attempt_id
+                            && r.execution_id == execution_id
+                            && r.lease_token == token
+                    });
+                    match row {
+                        Some(row) if attempt => {
+                            held.push((execution_id, attempt_id));
+                            Ok(HeartbeatResult {
+                                lease_expires_at: expires,
+                                cancel_requested: row.status == ExecutionStatus::CancelRequested,
+                            })
+                        }
+                        _ => Err(ExecutionError::lease_lost()),
+                    }
+                })
+                .collect();
+            if !held.is_empty() {
+                let n = held.len() as u64;
+                let (renew, ids) = self.over_ids(sql::HEARTBEAT_MANY, held.iter().map(|h| h.0));
+                let renewed = D::execute(
+                    &mut tx,
+                    &renew,
+                    [vec![expires.into(), now.into()], ids].concat(),
+                )
+                .await
+                .map_err(db::<D>(op))?;
+                let (beat, ids) =
+                    self.over_ids(sql::HEARTBEAT_ATTEMPTS_MANY, held.iter().map(|h| h.1));
+                let beaten = D::execute(&mut tx, &beat, [vec![now.into()], ids].concat())
+                    .await
+                    .map_err(db::<D>(op))?;
+                if renewed != n || beaten != n {
+                    return Err(ExecutionError::Backend(
+                        format!(
+                            "batched heartbeat renewed {renewed} executions and {beaten} attempts \
+                             of {n} locked leases"
+                        )
+                        .into(),
+                    ));
+                }
+            }
+            Ok(results)
+        }
+        .await;
+        Self::finish(tx, out, op).await
+    }
+
     /// Completes distinct executions in one transaction: lock them all (in id order), decide each
     /// with the same rules as [`complete`](LeasedExecutionBackend::complete), write the accepted
     /// ones with one UPDATE per table, commit once.
@@ -1886,23 +2032,16 @@ impl<D: Dialect> SqlExecutionBackend<D> {
             D::quote(&self.inner.tables.executions),
             D::quote(&self.inner.tables.attempts),
         );
-        let marks = vec!["?"; completions.len()].join(", ");
-        let lock = D::render(&format!(
-            "SELECT {} FROM {e} WHERE id IN ({marks}) ORDER BY id{}",
-            sql::EXECUTION_COLUMNS,
-            D::FOR_UPDATE
-        ));
-        let attempts = D::render(&format!(
-            "SELECT {} FROM {a} WHERE id IN ({marks}) AND status = 'running'",
-            sql::ATTEMPT_COLUMNS
-        ));
+        let (lock, execution_ids) = self.over_ids(sql::LOCK_MANY, completions.iter().map(|c| c.0));
+        let (attempts, attempt_ids) =
+            self.over_ids(sql::RUNNING_ATTEMPTS_MANY, completions.iter().map(|c| c.1));
         let mut tx = self.begin(op).await?;
         let out: ExecutionResult<_> = async {
             let now = self.now(&mut tx, op).await?;
-            let rows = D::fetch_executions(&mut tx, &lock, completions.iter().map(|c| Param::from(c.0)).collect())
+            let rows = D::fetch_executions(&mut tx, &lock, execution_ids)
                 .await
                 .map_err(db::<D>(op))?;
-            let running = D::fetch_attempts(&mut tx, &attempts, completions.iter().map(|c| Param::from(c.1)).collect())
+            let running = D::fetch_attempts(&mut tx, &attempts, attempt_ids)
                 .await
                 .map_err(db::<D>(op))?;
             let mut results: Vec<Option<ExecutionResult<Execution>>> = Vec::with_capacity(completions.len());
@@ -1956,7 +2095,29 @@ impl<D: Dialect> SqlExecutionBackend<D> {
                     Err(err) => results.push(Some(Err(err))),
                 }
             }
-            if !accepted.is_empty() {
+            if let (false, Some(statements)) = (accepted.is_empty(), &self.inner.statements.complete_many) {
+                let n = accepted.len();
+                let writes: Vec<CompletionWrite<'_>> = accepted
+                    .iter()
+                    .map(|(index, (row, status, result, error, available_at, finished_at))| CompletionWrite {
+                        execution_id: row.id,
+                        attempt_id: completions[*index].1,
+                        status: status.as_str(),
+                        attempt_status: attempt_status_for(*status).as_str(),
+                        result: result.as_ref(),
+                        error: error.as_ref(),
+                        available_at: *available_at,
+                        finished_at: *finished_at,
+                    })
+                    .collect();
+                let (changed, finished) = D::complete_many(&mut tx, statements, now, &writes).await.map_err(db::<D>(op))?;
+                if changed != n as u64 {
+                    return Err(ExecutionError::Backend(format!("batched completion updated {changed} of {n} locked rows").into()));
+                }
+                if finished != n as u64 {
+                    return Err(ExecutionError::Backend(format!("batched completion finished {finished} of {n} attempts").into()));
+                }
+            } else if !accepted.is_empty() {
                 let n = accepted.len();
                 let when = vec!["WHEN ? THEN ?"; n].join(" ");
                 let in_marks = vec!["?"; n].join(", ");

@@ -16,7 +16,7 @@ use sqlx::{Row, Transaction};
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-use crate::dialect::{Candidate, Dialect, PoolSettings, classify_common};
+use crate::dialect::{Candidate, CompletionWrite, Dialect, PoolSettings, classify_common};
 use crate::dsn::Dsn;
 use crate::machine::{BackendOptions, SqlExecutionBackend};
 use crate::param::{Param, numbered_placeholders};
@@ -93,6 +93,27 @@ const INSERT_MANY: &str = "INSERT INTO {e} ({cols}) SELECT * FROM unnest(?::uuid
 ?::integer[], ?::timestamptz[], ?::uuid[], ?::timestamptz[], ?::text[], ?::text[], \
 ?::timestamptz[], ?::timestamptz[], ?::timestamptz[], ?::timestamptz[], ?::timestamptz[], \
 ?::timestamptz[], ?::bigint[]) ON CONFLICT DO NOTHING";
+
+/// A batch of ids matched by a statement of fixed shape (see `Dialect::ID_IN_TEXT_LIST`).
+const ID_IN_TEXT_LIST: &str = "= ANY(string_to_array(?, ',')::uuid[])";
+
+/// A batch of accepted completions in two fixed-shape updates (see `Dialect::COMPLETE_MANY`).
+/// The `CASE id WHEN ? THEN ? …` updates they replace had a text per batch size and evaluated
+/// one `WHEN` after another for every row and column. They are planned per call, like the
+/// batch lock (see `SqlExecutionBackend`'s `lock_many`): kept prepared, the attempts update got
+/// a generic plan while the attempts table was still nearly empty at the start of a drain (a
+/// hash join over a scan of the whole table), and kept it as the table grew, at 2.6 ms a batch.
+const COMPLETE_MANY: [&str; 2] = [
+    "/* planned per call */ UPDATE {e} x SET status = v.status, result = v.result, error = v.error, \
+     available_at = v.available_at, finished_at = v.finished_at, updated_at = ?, \
+     version = x.version + 1, lease_token = NULL, lease_expires_at = NULL, worker_id = NULL \
+     FROM unnest(?::uuid[], ?::text[], ?::jsonb[], ?::jsonb[], ?::timestamptz[], \
+     ?::timestamptz[]) AS v(id, status, result, error, available_at, finished_at) \
+     WHERE x.id = v.id",
+    "/* planned per call */ UPDATE {a} x SET status = v.status, error = v.error, finished_at = ? \
+     FROM unnest(?::uuid[], ?::text[], ?::jsonb[]) AS v(id, status, error) \
+     WHERE x.id = v.id AND x.status = 'running'",
+];
 
 fn bind(
     q: Query<'_, sqlx::Postgres, PgArguments>,
@@ -172,6 +193,8 @@ impl Dialect for Postgres {
     const CLAIM_IN_ONE_STATEMENT: Option<&'static str> = Some(CLAIM_IN_ONE_STATEMENT);
     const ROWS_BY_KEYS: Option<&'static str> = Some(ROWS_BY_KEYS);
     const INSERT_MANY: Option<&'static str> = Some(INSERT_MANY);
+    const ID_IN_TEXT_LIST: Option<&'static str> = Some(ID_IN_TEXT_LIST);
+    const COMPLETE_MANY: Option<[&'static str; 2]> = Some(COMPLETE_MANY);
 
     fn render(sql: &str) -> String {
         numbered_placeholders(sql)
@@ -206,6 +229,43 @@ impl Dialect for Postgres {
         params: Vec<Param>,
     ) -> Result<u64, sqlx::Error> {
         Ok(query(sql, params).execute(&mut **tx).await?.rows_affected())
+    }
+
+    async fn complete_many(
+        tx: &mut Transaction<'static, sqlx::Postgres>,
+        sql: &[String; 2],
+        now: OffsetDateTime,
+        writes: &[CompletionWrite<'_>],
+    ) -> Result<(u64, u64), sqlx::Error> {
+        fn column<'w, T>(
+            writes: &[CompletionWrite<'w>],
+            f: impl Fn(&CompletionWrite<'w>) -> T,
+        ) -> Vec<T> {
+            writes.iter().map(f).collect()
+        }
+        use sqlx::types::Json;
+        let executions = sqlx::query(&sql[0])
+            .persistent(crate::param::is_stable(&sql[0]))
+            .bind(now)
+            .bind(column(writes, |w| w.execution_id))
+            .bind(column(writes, |w| w.status))
+            .bind(column(writes, |w| w.result.map(Json)))
+            .bind(column(writes, |w| w.error.map(Json)))
+            .bind(column(writes, |w| w.available_at))
+            .bind(column(writes, |w| w.finished_at))
+            .execute(&mut **tx)
+            .await?
+            .rows_affected();
+        let attempts = sqlx::query(&sql[1])
+            .persistent(crate::param::is_stable(&sql[1]))
+            .bind(now)
+            .bind(column(writes, |w| w.attempt_id))
+            .bind(column(writes, |w| w.attempt_status))
+            .bind(column(writes, |w| w.error.map(Json)))
+            .execute(&mut **tx)
+            .await?
+            .rows_affected();
+        Ok((executions, attempts))
     }
 
     async fn insert_many(
@@ -448,5 +508,15 @@ mod tests {
             23,
             "one array per column: {insert}"
         );
+    }
+
+    #[test]
+    fn batched_completion_statements_are_planned_per_call() {
+        let render = |t: &str| Postgres::render(&crate::sql::render(t, "e", "a", "", ""));
+        for statement in COMPLETE_MANY {
+            assert!(!is_stable(&render(statement)), "{statement}");
+        }
+        assert_eq!(render(COMPLETE_MANY[0]).matches('$').count(), 7);
+        assert_eq!(render(COMPLETE_MANY[1]).matches('$').count(), 4);
     }
 }

@@ -117,6 +117,22 @@ updated_at = ?, version = version + 1 WHERE id = ? AND version = ?";
 /// The attempts of one execution, oldest first.
 pub const ATTEMPTS: &str = "SELECT {acols} FROM {a} WHERE execution_id = ? ORDER BY attempt_no";
 
+/// Locks a batch of executions for a batched completion, in id order (deadlock-free against
+/// other batches). `{ids}` is the dialect's id-list match (`IN (?, …)` by default).
+pub const LOCK_MANY: &str = "SELECT {cols} FROM {e} WHERE id {ids} ORDER BY id{lock}";
+
+/// Reads the still-running attempts of a batch of completions; `{ids}` as in [`LOCK_MANY`].
+pub const RUNNING_ATTEMPTS_MANY: &str =
+    "SELECT {acols} FROM {a} WHERE id {ids} AND status = 'running'";
+
+/// Renews the leases of a batch of locked, held executions; `{ids}` as in [`LOCK_MANY`].
+pub const HEARTBEAT_MANY: &str = "UPDATE {e} SET lease_expires_at = ?, updated_at = ? \
+WHERE id {ids} AND status IN ('running', 'cancel_requested')";
+
+/// Records a heartbeat on a batch of running attempts; `{ids}` as in [`LOCK_MANY`].
+pub const HEARTBEAT_ATTEMPTS_MANY: &str =
+    "UPDATE {a} SET heartbeat_at = ? WHERE id {ids} AND status = 'running'";
+
 /// Fills in table names, column lists and the dialect's lock clauses.
 pub fn render(template: &str, executions: &str, attempts: &str, lock: &str, skip: &str) -> String {
     template

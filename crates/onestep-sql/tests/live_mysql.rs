@@ -33,6 +33,7 @@ live_cases!(
     stats_count_each_status_with_its_oldest_submission,
     concurrent_claimers_never_claim_a_row_twice,
     heartbeat_prevents_takeover,
+    a_worker_renews_its_leases_together,
     expired_lease_takeover_fences_the_old_worker,
     cancel_and_complete_race_has_one_terminal_winner,
     missing_tables_are_reported_by_name,

@@ -184,6 +184,7 @@ pub struct ExecutionSource<B> {
     options: ExecutionSourceOptions,
     name: String,
     completer: OnceLock<Completer>,
+    heartbeater: OnceLock<Arc<Heartbeater>>,
     /// Claimed, not yet handed to the runner (`options.prefetch`), with when each was claimed.
     prefetched: Mutex<std::collections::VecDeque<(ExecutionLease, std::time::Instant)>>,
 }
@@ -306,6 +307,7 @@ impl<B: LeasedExecutionBackend + Clone + 'static> ExecutionSource<B> {
             options,
             name,
             completer: OnceLock::new(),
+            heartbeater: OnceLock::new(),
             prefetched: Mutex::new(std::collections::VecDeque::new()),
         })
     }
@@ -332,6 +334,19 @@ impl<B: LeasedExecutionBackend + Clone + 'static> ExecutionSource<B> {
                 }
             })
             .jobs
+            .clone()
+    }
+
+    /// The lease renewer, started on first use (inside the runtime).
+    fn heartbeater(&self) -> Arc<Heartbeater> {
+        self.heartbeater
+            .get_or_init(|| {
+                Heartbeater::start(
+                    self.backend.clone(),
+                    Duration::from_secs_f64(self.options.heartbeat_interval_s),
+                    Duration::from_secs_f64(self.options.lease_duration_s),
+                )
+            })
             .clone()
     }
 
@@ -406,10 +421,8 @@ impl<B: LeasedExecutionBackend + Clone + 'static> ExecutionSource<B> {
                 cancel_requested: AtomicBool::new(false),
                 cancel: CancellationToken::new(),
             }),
-            lease_duration: Duration::from_secs_f64(self.options.lease_duration_s),
-            heartbeat_interval: Duration::from_secs_f64(self.options.heartbeat_interval_s),
-            heartbeat: None,
-            stop: CancellationToken::new(),
+            heartbeats: self.heartbeater(),
+            heartbeating: false,
             completed: None,
             completions: Some(self.completions()),
         }
@@ -552,10 +565,10 @@ struct ExecutionDelivery<B> {
     attempt_id: Uuid,
     lease_token: Uuid,
     lease: Arc<LeaseState>,
-    lease_duration: Duration,
-    heartbeat_interval: Duration,
-    heartbeat: Option<AbortOnDropHandle<()>>,
-    stop: CancellationToken,
+    /// The source's lease renewer.
+    heartbeats: Arc<Heartbeater>,
+    /// Whether the renewer holds this delivery's lease (from start until completion).
+    heartbeating: bool,
     completed: Option<Execution>,
     /// The source's batch writer; `None` completes directly.
     completions: Option<tokio::sync::mpsc::UnboundedSender<CompletionJob>>,
@@ -563,8 +576,9 @@ struct ExecutionDelivery<B> {
 
 impl<B: LeasedExecutionBackend + Clone + 'static> ExecutionDelivery<B> {
     fn stop_heartbeat(&mut self) {
-        self.stop.cancel();
-        self.heartbeat = None;
+        if std::mem::take(&mut self.heartbeating) {
+            self.heartbeats.stop(self.attempt_id);
+        }
     }
 
     async fn complete(&mut self, completion: ExecutionCompletion) -> Result<()> {
@@ -575,66 +589,218 @@ impl<B: LeasedExecutionBackend + Clone + 'static> ExecutionDelivery<B> {
     }
 }
 
-/// Renews the lease every interval until stopped; on a lost lease or a cancel request it fires the
-/// delivery's cancellation token and stops.
-async fn heartbeat_loop<B: LeasedExecutionBackend>(
-    backend: B,
+impl<B> Drop for ExecutionDelivery<B> {
+    /// A delivery dropped before its completion (a runner that gave up on it) stops renewing
+    /// its lease, so the lease expires and the work is reclaimed.
+    fn drop(&mut self) {
+        if self.heartbeating {
+            self.heartbeats.stop(self.attempt_id);
+        }
+    }
+}
+
+/// The most leases one `heartbeat_many` renews.
+const HEARTBEAT_BATCH: usize = 500;
+
+/// A started delivery's lease, as the source's renewer keeps it.
+struct Renewal {
     ids: (Uuid, Uuid, Uuid),
     lease: Arc<LeaseState>,
+    /// When it is renewed next.
+    due: tokio::time::Instant,
+    /// Renewals in a row that failed with a retryable error.
+    failures: u32,
+}
+
+/// The leases the renewer keeps (by attempt id), and when it next wakes on its own.
+#[derive(Default)]
+struct Renewals {
+    leases: std::collections::HashMap<Uuid, Renewal>,
+    /// The renewer is asleep until then (`None`: until a lease arrives); a lease due earlier
+    /// wakes it.
+    asleep_until: Option<tokio::time::Instant>,
+}
+
+/// One task per source that keeps every started delivery's lease alive: each tick renews all
+/// leases due within the next half interval with one
+/// [`heartbeat_many`](LeasedExecutionBackend::heartbeat_many), so a worker running 500 long
+/// executions sends about two renewals per interval, not 500. On a lost lease or a cancel request
+/// it fires that delivery's cancellation token and stops renewing it.
+struct Heartbeater {
+    renewals: Arc<Mutex<Renewals>>,
+    wake: Arc<tokio::sync::Notify>,
+    interval: Duration,
+    _task: AbortOnDropHandle<()>,
+}
+
+fn renewals(m: &Mutex<Renewals>) -> std::sync::MutexGuard<'_, Renewals> {
+    // Every change under the lock is a single insert, remove or field write.
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl Heartbeater {
+    fn start<B: LeasedExecutionBackend + Clone + 'static>(
+        backend: B,
+        interval: Duration,
+        lease_duration: Duration,
+    ) -> Arc<Self> {
+        let renewals = Arc::new(Mutex::new(Renewals::default()));
+        let wake = Arc::new(tokio::sync::Notify::new());
+        let task = tokio::spawn(renew_loop(
+            backend,
+            renewals.clone(),
+            wake.clone(),
+            interval,
+            lease_duration,
+        ));
+        Arc::new(Self {
+            renewals,
+            wake,
+            interval,
+            _task: AbortOnDropHandle::new(task),
+        })
+    }
+
+    /// Starts renewing a lease, first one interval from now.
+    fn keep(&self, ids: (Uuid, Uuid, Uuid), lease: Arc<LeaseState>) {
+        let due = tokio::time::Instant::now() + self.interval;
+        let mut r = renewals(&self.renewals);
+        r.leases.insert(
+            ids.1,
+            Renewal {
+                ids,
+                lease,
+                due,
+                failures: 0,
+            },
+        );
+        if r.asleep_until.is_none_or(|until| due < until) {
+            r.asleep_until = Some(due);
+            self.wake.notify_one();
+        }
+    }
+
+    /// Stops renewing the lease of an attempt.
+    fn stop(&self, attempt_id: Uuid) {
+        renewals(&self.renewals).leases.remove(&attempt_id);
+    }
+}
+
+/// The renewer's loop (see [`Heartbeater`]).
+async fn renew_loop<B: LeasedExecutionBackend>(
+    backend: B,
+    renewals_: Arc<Mutex<Renewals>>,
+    wake: Arc<tokio::sync::Notify>,
     interval: Duration,
     lease_duration: Duration,
-    stop: CancellationToken,
 ) {
-    let (execution_id, attempt_id, token) = ids;
     loop {
-        tokio::select! {
-            _ = stop.cancelled() => return,
-            _ = tokio::time::sleep(interval) => {}
-        }
-        let mut attempt: u32 = 0;
-        let renewed = loop {
-            match backend
-                .heartbeat(execution_id, attempt_id, token, lease_duration)
-                .await
-            {
-                Ok(result) => break Some(result),
-                Err(err) if err.is_retryable() => {
-                    let expires = *lease.expires_at.lock().unwrap_or_else(|p| p.into_inner());
-                    let remaining = match backend.lease_remaining(expires).await {
-                        Ok(r) if !r.is_zero() => r,
-                        _ => break None,
-                    };
-                    let backoff = interval
-                        .saturating_mul(2u32.saturating_pow(attempt.min(10)))
-                        .min(remaining / 4);
-                    tracing::warn!(execution_id = %execution_id, error = %err, retry_in_s = backoff.as_secs_f64(), "heartbeat failed; retrying");
-                    tokio::select! {
-                        _ = stop.cancelled() => return,
-                        _ = tokio::time::sleep(backoff) => {}
-                    }
-                    attempt += 1;
-                }
-                Err(err) => {
-                    tracing::warn!(execution_id = %execution_id, error = %err, "lease lost; cancelling the attempt");
-                    break None;
+        let next = {
+            let mut r = renewals(&renewals_);
+            let next = r.leases.values().map(|l| l.due).min();
+            r.asleep_until = next;
+            next
+        };
+        match next {
+            None => wake.notified().await,
+            Some(due) => {
+                tokio::select! {
+                    _ = tokio::time::sleep_until(due) => {}
+                    _ = wake.notified() => continue,
                 }
             }
+        }
+        // Renew everything due within half an interval: the leases started around the same
+        // time share one statement, and none is renewed later than it would be on its own.
+        let horizon = tokio::time::Instant::now() + interval / 2;
+        let due: Vec<(Uuid, Uuid, Uuid)> = {
+            let mut r = renewals(&renewals_);
+            // Working, not asleep: a lease kept meanwhile is seen on the next pass.
+            r.asleep_until = Some(tokio::time::Instant::now());
+            r.leases
+                .values()
+                .filter(|l| l.due <= horizon)
+                .map(|l| l.ids)
+                .collect()
         };
-        match renewed {
-            None => {
-                lease.cancel.cancel();
+        for chunk in due.chunks(HEARTBEAT_BATCH) {
+            let results = match backend.heartbeat_many(chunk, lease_duration).await {
+                Ok(results) if results.len() == chunk.len() => results,
+                // The batch failed as a whole: each lease gets its own answer.
+                _ => {
+                    let mut out = Vec::with_capacity(chunk.len());
+                    for &(e, a, t) in chunk {
+                        out.push(backend.heartbeat(e, a, t, lease_duration).await);
+                    }
+                    out
+                }
+            };
+            for (&ids, result) in chunk.iter().zip(results) {
+                settle_renewal(&backend, &renewals_, ids, result, interval).await;
+            }
+        }
+    }
+}
+
+/// Applies one lease's renewal: a new expiry, a cancel request, a lost lease, or a retry later
+/// (a retryable error while the lease still has time: after the interval, doubling, at most a
+/// quarter of what remains).
+async fn settle_renewal<B: LeasedExecutionBackend>(
+    backend: &B,
+    renewals_: &Mutex<Renewals>,
+    ids: (Uuid, Uuid, Uuid),
+    result: ExecutionResult<super::record::HeartbeatResult>,
+    interval: Duration,
+) {
+    let (execution_id, attempt_id, _) = ids;
+    // The lease may have been completed or dropped while its renewal was in flight.
+    let Some((lease, failures)) = renewals(renewals_)
+        .leases
+        .get(&attempt_id)
+        .map(|l| (l.lease.clone(), l.failures))
+    else {
+        return;
+    };
+    let lost = |lease: &LeaseState| {
+        renewals(renewals_).leases.remove(&attempt_id);
+        lease.cancel.cancel();
+    };
+    match result {
+        Ok(renewed) => {
+            *lease.expires_at.lock().unwrap_or_else(|p| p.into_inner()) = renewed.lease_expires_at;
+            if renewed.cancel_requested {
+                tracing::info!(execution_id = %execution_id, "cancel requested; stopping the handler");
+                lease.cancel_requested.store(true, Ordering::SeqCst);
+                lost(&lease);
                 return;
             }
-            Some(result) => {
-                *lease.expires_at.lock().unwrap_or_else(|p| p.into_inner()) =
-                    result.lease_expires_at;
-                if result.cancel_requested {
-                    tracing::info!(execution_id = %execution_id, "cancel requested; stopping the handler");
-                    lease.cancel_requested.store(true, Ordering::SeqCst);
-                    lease.cancel.cancel();
+            if let Some(l) = renewals(renewals_).leases.get_mut(&attempt_id) {
+                l.due = tokio::time::Instant::now() + interval;
+                l.failures = 0;
+            }
+        }
+        Err(err) if err.is_retryable() => {
+            let expires = *lease.expires_at.lock().unwrap_or_else(|p| p.into_inner());
+            let remaining = match backend.lease_remaining(expires).await {
+                Ok(r) if !r.is_zero() => r,
+                _ => {
+                    tracing::warn!(execution_id = %execution_id, error = %err, "lease ran out while heartbeats failed; cancelling the attempt");
+                    lost(&lease);
                     return;
                 }
+            };
+            let backoff = interval
+                .saturating_mul(2u32.saturating_pow(failures.min(10)))
+                .min(remaining / 4);
+            tracing::warn!(execution_id = %execution_id, error = %err, retry_in_s = backoff.as_secs_f64(), "heartbeat failed; retrying");
+            if let Some(l) = renewals(renewals_).leases.get_mut(&attempt_id) {
+                l.due = tokio::time::Instant::now() + backoff;
+                l.failures = failures + 1;
             }
+        }
+        Err(err) => {
+            tracing::warn!(execution_id = %execution_id, error = %err, "lease lost; cancelling the attempt");
+            lost(&lease);
         }
     }
 }
@@ -646,16 +812,12 @@ impl<B: LeasedExecutionBackend + Clone + 'static> Delivery for ExecutionDelivery
     }
 
     async fn start_processing(&mut self) -> Result<()> {
-        if self.heartbeat.is_none() && self.completed.is_none() {
-            let task = tokio::spawn(heartbeat_loop(
-                self.backend.clone(),
+        if !self.heartbeating && self.completed.is_none() {
+            self.heartbeats.keep(
                 (self.execution_id, self.attempt_id, self.lease_token),
                 self.lease.clone(),
-                self.heartbeat_interval,
-                self.lease_duration,
-                self.stop.clone(),
-            ));
-            self.heartbeat = Some(AbortOnDropHandle::new(task));
+            );
+            self.heartbeating = true;
         }
         Ok(())
     }

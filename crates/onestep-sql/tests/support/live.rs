@@ -303,6 +303,44 @@ pub async fn heartbeat_prevents_takeover<D: Dialect>(dsn: &str) {
     assert_eq!(done.attempts, 1);
 }
 
+/// A worker renews the leases of its running executions together, with one statement per
+/// table, so every renewed attempt carries the same heartbeat time.
+pub async fn a_worker_renews_its_leases_together<D: Dialect>(dsn: &str) {
+    use onestep_core::Source;
+    use onestep_core::execution::{ExecutionSource, ExecutionSourceOptions};
+    let b = SqlExecutionBackend::<D>::new(dsn, fresh_options()).unwrap();
+    for n in 0..8 {
+        b.submit(request("beats", n)).await.unwrap();
+    }
+    let mut o = ExecutionSourceOptions::new("live", "beats");
+    o.lease_duration_s = 3.0;
+    o.heartbeat_interval_s = 0.3;
+    o.batch_size = 8;
+    let source = ExecutionSource::new(b.clone(), o).unwrap();
+    let mut deliveries = source.fetch(8).await.unwrap();
+    assert_eq!(deliveries.len(), 8);
+    for d in &mut deliveries {
+        d.start_processing().await.unwrap();
+    }
+    // Two renewals (at ~0.3 s and ~0.6 s).
+    tokio::time::sleep(Duration::from_millis(750)).await;
+    let mut beats = HashSet::new();
+    for d in &mut deliveries {
+        let id = d.as_managed().unwrap().execution_id();
+        let attempts = b.attempts(id).await.unwrap();
+        assert_eq!(attempts.len(), 1);
+        assert!(
+            attempts[0].heartbeat_at > attempts[0].started_at,
+            "attempt of {id} was never renewed"
+        );
+        beats.insert(attempts[0].heartbeat_at);
+    }
+    assert_eq!(beats.len(), 1, "one renewal statement for all: {beats:?}");
+    for d in &mut deliveries {
+        d.ack().await.unwrap();
+    }
+}
+
 /// An expired lease is taken over by another worker; the old worker's completion is fenced.
 pub async fn expired_lease_takeover_fences_the_old_worker<D: Dialect>(dsn: &str) {
     let b = SqlExecutionBackend::<D>::new(dsn, fresh_options()).unwrap();

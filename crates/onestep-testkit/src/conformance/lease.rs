@@ -811,6 +811,87 @@ pub async fn version_counts_every_state_change_but_heartbeats<F: BackendFactory>
     assert_eq!(done.version, 5);
 }
 
+/// A batch of heartbeats is decided lease by lease: held leases are renewed (a cancel request
+/// reported), a stale token, a finished execution and an unknown id are lost leases, and only
+/// what was renewed changes.
+pub async fn heartbeat_many_renews_each_held_lease_on_its_own<F: BackendFactory>(f: &F) {
+    let (b, setup) = backend(f).await;
+    for n in 0..5 {
+        submit(&b, "beats", json!(n)).await;
+    }
+    let leases = claim(&b, "beats", 5, 30.0).await;
+    assert_eq!(leases.len(), 5);
+    b.request_cancel(NS, leases[2].execution.id, None)
+        .await
+        .unwrap()
+        .unwrap();
+    complete(
+        &b,
+        &leases[3],
+        ExecutionCompletion::Succeeded { result: json!(3) },
+    )
+    .await
+    .unwrap();
+    setup.clock.advance(secs(20.0));
+    let ids =
+        |l: &onestep_core::execution::ExecutionLease| (l.execution.id, l.attempt_id, l.lease_token);
+    let unknown = (
+        uuid::Uuid::new_v4(),
+        uuid::Uuid::new_v4(),
+        uuid::Uuid::new_v4(),
+    );
+    let before: Vec<_> = {
+        let mut rows = Vec::new();
+        for l in &leases {
+            rows.push(b.get(NS, l.execution.id).await.unwrap().unwrap());
+        }
+        rows
+    };
+    let results = b
+        .heartbeat_many(
+            &[
+                ids(&leases[0]),
+                (
+                    leases[1].execution.id,
+                    leases[1].attempt_id,
+                    uuid::Uuid::new_v4(),
+                ),
+                ids(&leases[2]),
+                ids(&leases[3]),
+                unknown,
+                ids(&leases[4]),
+            ],
+            secs(30.0),
+        )
+        .await
+        .unwrap();
+    assert_eq!(results.len(), 6);
+    for i in [0, 2, 5] {
+        let beat = results[i].as_ref().unwrap();
+        assert_eq!(beat.lease_expires_at, after(&setup, 30.0), "lease {i}");
+        assert_eq!(beat.cancel_requested, i == 2, "lease {i}");
+    }
+    for i in [1, 3, 4] {
+        let err = results[i].as_ref().unwrap_err();
+        assert!(err.is_lease_lost(), "lease {i}: {err}");
+    }
+    for (i, l) in leases.iter().enumerate() {
+        let row = b.get(NS, l.execution.id).await.unwrap().unwrap();
+        assert_eq!(
+            row, before[i],
+            "a heartbeat changes no visible field (lease {i})"
+        );
+    }
+    // Past the first leases' end: only the one that was not renewed is claimable again.
+    setup.clock.advance(secs(25.0));
+    let reclaimed: Vec<_> = claim(&b, "beats", 5, 30.0)
+        .await
+        .into_iter()
+        .map(|l| l.execution.id)
+        .collect();
+    assert_eq!(reclaimed, vec![leases[1].execution.id]);
+}
+
 /// A batch of completions is decided one by one: accepted ones are written, a stale token is a
 /// lost lease, a repeated terminal completion is a replay, an unknown id does not exist.
 pub async fn complete_many_fences_each_completion_on_its_own<F: BackendFactory>(f: &F) {

@@ -437,6 +437,65 @@ async fn a_slot_frees_before_the_ack_only_when_the_delivery_allows_it() {
     );
 }
 
+/// When the ack of a delivery that freed its slot early fails, its failure path (here an
+/// `on_failure` hook) takes a slot again: handlers and hooks together never exceed the task's
+/// concurrency.
+#[tokio::test(start_paused = true)]
+async fn a_failed_ack_after_an_early_slot_release_runs_its_failure_path_in_a_slot() {
+    let log = Log::default();
+    let mut source = ScriptedSource::new((0..6).map(|n| json!(n)), &log);
+    source.frees_slot_before_ack = true;
+    source.ack_fails = true;
+    let running = Arc::new(AtomicUsize::new(0));
+    let peak = Arc::new(AtomicUsize::new(0));
+    let enter = {
+        let (r, p) = (running.clone(), peak.clone());
+        move || {
+            let now = r.fetch_add(1, Ordering::SeqCst) + 1;
+            p.fetch_max(now, Ordering::SeqCst);
+        }
+    };
+    let (handler_enter, hook_enter) = (enter.clone(), enter);
+    let (r1, r2) = (running.clone(), running.clone());
+    let app = OneStepApp::builder("app")
+        .task(
+            Task::new("t")
+                .source(Arc::new(source))
+                .concurrency(1)
+                .on_failure(move |_ctx, _p, _f: FailureInfo| {
+                    hook_enter();
+                    let r = r2.clone();
+                    async move {
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        r.fetch_sub(1, Ordering::SeqCst);
+                    }
+                })
+                .handler(move |_ctx: TaskContext, _v: Value| {
+                    handler_enter();
+                    let r = r1.clone();
+                    async move {
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                        r.fetch_sub(1, Ordering::SeqCst);
+                        Ok::<_, TaskError>(())
+                    }
+                }),
+        )
+        .build()
+        .unwrap();
+    shutdown_after(&app, Duration::from_secs(10));
+    app.serve().await.unwrap();
+    assert_eq!(
+        log.count("ack-failed:"),
+        6,
+        "every ack was tried and failed"
+    );
+    assert_eq!(
+        peak.load(Ordering::SeqCst),
+        1,
+        "a failure hook never runs beside a handler at concurrency 1"
+    );
+}
+
 /// A source that returns more deliveries than it was asked for gets the extra ones handed back
 /// unstarted; the task's concurrency is never exceeded.
 #[tokio::test(start_paused = true)]

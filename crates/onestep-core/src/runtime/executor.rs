@@ -78,7 +78,8 @@ enum Outcome {
 /// `slot` is the runner's concurrency slot, held until the delivery is settled; for a delivery
 /// that [frees its slot before the ack](Delivery::frees_slot_before_ack) it is given back as
 /// soon as the attempt succeeded (handler, hooks and sinks done), so the next delivery can start
-/// while this one's completion is committed in a batch.
+/// while this one's completion is committed in a batch, and taken again if that completion fails
+/// (its failure path runs hooks).
 pub(crate) async fn execute(
     rt: Arc<TaskRuntime>,
     mut delivery: Box<dyn Delivery>,
@@ -123,12 +124,22 @@ pub(crate) async fn execute(
     };
 
     let mut slot = Some(slot);
+    let mut freed_from = None;
     if matches!(outcome, Outcome::Ready(_)) && delivery.frees_slot_before_ack() {
-        slot.take();
+        freed_from = slot.take().map(|permit| permit.semaphore().clone());
     }
     let outcome = match outcome {
         Outcome::Ready(result) => settle(&rt, delivery.as_mut(), result).await,
         other => other,
+    };
+    // The ack failed after the slot was given back: the failure path runs user code
+    // (`on_failure`, dead-letter sinks), so it takes a slot again. A closed semaphore (the
+    // runner is gone) has no slots to respect.
+    let _slot_again = match (&freed_from, &outcome) {
+        (Some(semaphore), Outcome::Failed(_) | Outcome::Cancelled(_)) => {
+            semaphore.clone().acquire_owned().await.ok()
+        }
+        _ => None,
     };
     match outcome {
         Outcome::Ready(_) | Outcome::Succeeded => rt.emit(

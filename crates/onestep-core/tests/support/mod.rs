@@ -51,6 +51,8 @@ pub struct ScriptedSource {
     pub frees_slot_before_ack: bool,
     /// When set, every fetch returns this many deliveries more than it was asked for.
     pub over_deliver: usize,
+    /// When set, every ack fails (after `ack_delay`).
+    pub ack_fails: bool,
 }
 
 impl ScriptedSource {
@@ -68,6 +70,7 @@ impl ScriptedSource {
             ack_delay: Duration::ZERO,
             frees_slot_before_ack: false,
             over_deliver: 0,
+            ack_fails: false,
         }
     }
 
@@ -119,6 +122,7 @@ impl Source for ScriptedSource {
                     fail_errors: self.fail_errors,
                     ack_delay: self.ack_delay,
                     frees_slot_before_ack: self.frees_slot_before_ack,
+                    ack_fails: self.ack_fails,
                 }) as Box<dyn Delivery>
             })
             .collect())
@@ -141,6 +145,7 @@ pub struct ScriptedDelivery {
     pub fail_errors: bool,
     pub ack_delay: Duration,
     pub frees_slot_before_ack: bool,
+    pub ack_fails: bool,
 }
 
 #[async_trait]
@@ -163,6 +168,10 @@ impl Delivery for ScriptedDelivery {
         if !self.ack_delay.is_zero() {
             self.log.push(format!("ack-start:{}", self.envelope.body));
             tokio::time::sleep(self.ack_delay).await;
+        }
+        if self.ack_fails {
+            self.log.push(format!("ack-failed:{}", self.envelope.body));
+            return Err(Error::other(std::io::Error::other("ack refused")));
         }
         self.log.push(format!("ack:{}", self.envelope.body));
         Ok(())

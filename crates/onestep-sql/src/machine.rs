@@ -1903,10 +1903,11 @@ impl<D: Dialect> SqlExecutionBackend<D> {
     }
 
     /// A statement over a batch of ids and its id parameters: `template`'s `{ids}` becomes the
-    /// dialect's fixed-shape match with the ids as one text ([`Dialect::ID_IN_TEXT_LIST`]), or
-    /// `IN (?, …)` with one parameter per id. Either way it is planned per call: a plan kept
-    /// from the start of a drain, when the attempts table was nearly empty, would scan the whole
-    /// table for every batch once it has grown.
+    /// dialect's fixed-shape match with the ids as one text ([`Dialect::ID_IN_TEXT_LIST`]),
+    /// planned per call (a plan kept from the start of a drain, when the attempts table was
+    /// nearly empty, would scan the whole table for every batch once it has grown), or
+    /// `IN (?, …)` with one parameter per id (kept prepared only while short, see
+    /// [`crate::param::is_stable`]).
     fn over_ids(
         &self,
         template: &str,
@@ -1916,12 +1917,13 @@ impl<D: Dialect> SqlExecutionBackend<D> {
             D::quote(&self.inner.tables.executions),
             D::quote(&self.inner.tables.attempts),
         );
-        let (matcher, params) = match D::ID_IN_TEXT_LIST {
+        let (prefix, matcher, params) = match D::ID_IN_TEXT_LIST {
             Some(matcher) => {
                 let list = ids.map(|id| id.to_string()).collect::<Vec<_>>().join(",");
-                (matcher.to_string(), vec![Param::Text(list)])
+                (PLAN_PER_CALL, matcher.to_string(), vec![Param::Text(list)])
             }
             None => (
+                "",
                 format!("IN ({})", vec!["?"; ids.len()].join(", ")),
                 ids.map(Param::from).collect(),
             ),
@@ -1933,7 +1935,7 @@ impl<D: Dialect> SqlExecutionBackend<D> {
             D::FOR_UPDATE,
             D::SKIP_LOCKED,
         );
-        (format!("{PLAN_PER_CALL}{}", D::render(&statement)), params)
+        (format!("{prefix}{}", D::render(&statement)), params)
     }
 
     /// Renews distinct leases in one transaction: lock their executions (in id order) and read

@@ -612,26 +612,22 @@ struct Renewal {
     failures: u32,
 }
 
-/// The leases the renewer keeps (by attempt id), and when it next wakes on its own.
-#[derive(Default)]
-struct Renewals {
-    leases: std::collections::HashMap<Uuid, Renewal>,
-    /// The renewer is asleep until then (`None`: until a lease arrives); a lease due earlier
-    /// wakes it.
-    asleep_until: Option<tokio::time::Instant>,
-}
-
-/// One task per source that keeps every started delivery's lease alive: each tick renews all
-/// leases due within the next half interval with one
-/// [`heartbeat_many`](LeasedExecutionBackend::heartbeat_many), so a worker running 500 long
-/// executions sends about two renewals per interval, not 500. On a lost lease or a cancel request
-/// it fires that delivery's cancellation token and stops renewing it.
+/// One task per source that keeps every started delivery's lease alive. It ticks every half
+/// interval and renews all leases due within the next half interval with one
+/// [`heartbeat_many`](LeasedExecutionBackend::heartbeat_many), so each lease is renewed between
+/// half an interval and one interval after its start or last renewal, and a worker running 500
+/// long executions sends two renewals per interval, not 500. Starting and finishing a delivery
+/// only touch a map. On a lost lease or a cancel request it fires that delivery's cancellation
+/// token and stops renewing it.
 struct Heartbeater {
+    /// The leases it keeps, by attempt id.
     renewals: Arc<Mutex<Renewals>>,
-    wake: Arc<tokio::sync::Notify>,
     interval: Duration,
     _task: AbortOnDropHandle<()>,
 }
+
+/// The leases a [`Heartbeater`] keeps, by attempt id.
+type Renewals = std::collections::HashMap<Uuid, Renewal>;
 
 fn renewals(m: &Mutex<Renewals>) -> std::sync::MutexGuard<'_, Renewals> {
     // Every change under the lock is a single insert, remove or field write.
@@ -644,28 +640,24 @@ impl Heartbeater {
         interval: Duration,
         lease_duration: Duration,
     ) -> Arc<Self> {
-        let renewals = Arc::new(Mutex::new(Renewals::default()));
-        let wake = Arc::new(tokio::sync::Notify::new());
+        let renewals = Arc::new(Mutex::new(Renewals::new()));
         let task = tokio::spawn(renew_loop(
             backend,
             renewals.clone(),
-            wake.clone(),
             interval,
             lease_duration,
         ));
         Arc::new(Self {
             renewals,
-            wake,
             interval,
             _task: AbortOnDropHandle::new(task),
         })
     }
 
-    /// Starts renewing a lease, first one interval from now.
+    /// Starts renewing a lease: first between half an interval and one interval from now.
     fn keep(&self, ids: (Uuid, Uuid, Uuid), lease: Arc<LeaseState>) {
         let due = tokio::time::Instant::now() + self.interval;
-        let mut r = renewals(&self.renewals);
-        r.leases.insert(
+        renewals(&self.renewals).insert(
             ids.1,
             Renewal {
                 ids,
@@ -674,15 +666,11 @@ impl Heartbeater {
                 failures: 0,
             },
         );
-        if r.asleep_until.is_none_or(|until| due < until) {
-            r.asleep_until = Some(due);
-            self.wake.notify_one();
-        }
     }
 
     /// Stops renewing the lease of an attempt.
     fn stop(&self, attempt_id: Uuid) {
-        renewals(&self.renewals).leases.remove(&attempt_id);
+        renewals(&self.renewals).remove(&attempt_id);
     }
 }
 
@@ -690,39 +678,23 @@ impl Heartbeater {
 async fn renew_loop<B: LeasedExecutionBackend>(
     backend: B,
     renewals_: Arc<Mutex<Renewals>>,
-    wake: Arc<tokio::sync::Notify>,
     interval: Duration,
     lease_duration: Duration,
 ) {
+    // A period of zero would panic; validation only asks for a positive interval.
+    let half = (interval / 2).max(Duration::from_millis(1));
+    let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + half, half);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        let next = {
-            let mut r = renewals(&renewals_);
-            let next = r.leases.values().map(|l| l.due).min();
-            r.asleep_until = next;
-            next
-        };
-        match next {
-            None => wake.notified().await,
-            Some(due) => {
-                tokio::select! {
-                    _ = tokio::time::sleep_until(due) => {}
-                    _ = wake.notified() => continue,
-                }
-            }
-        }
-        // Renew everything due within half an interval: the leases started around the same
-        // time share one statement, and none is renewed later than it would be on its own.
-        let horizon = tokio::time::Instant::now() + interval / 2;
-        let due: Vec<(Uuid, Uuid, Uuid)> = {
-            let mut r = renewals(&renewals_);
-            // Working, not asleep: a lease kept meanwhile is seen on the next pass.
-            r.asleep_until = Some(tokio::time::Instant::now());
-            r.leases
-                .values()
-                .filter(|l| l.due <= horizon)
-                .map(|l| l.ids)
-                .collect()
-        };
+        // Times are the ticks' schedule, not the clock after a round trip: a lease renewed at a
+        // tick is due again exactly two ticks later, so leases renewed together stay together.
+        let tick = ticks.tick().await;
+        let horizon = tick + half;
+        let due: Vec<(Uuid, Uuid, Uuid)> = renewals(&renewals_)
+            .values()
+            .filter(|l| l.due < horizon)
+            .map(|l| l.ids)
+            .collect();
         for chunk in due.chunks(HEARTBEAT_BATCH) {
             let results = match backend.heartbeat_many(chunk, lease_duration).await {
                 Ok(results) if results.len() == chunk.len() => results,
@@ -736,7 +708,7 @@ async fn renew_loop<B: LeasedExecutionBackend>(
                 }
             };
             for (&ids, result) in chunk.iter().zip(results) {
-                settle_renewal(&backend, &renewals_, ids, result, interval).await;
+                settle_renewal(&backend, &renewals_, ids, result, tick, interval).await;
             }
         }
     }
@@ -750,19 +722,19 @@ async fn settle_renewal<B: LeasedExecutionBackend>(
     renewals_: &Mutex<Renewals>,
     ids: (Uuid, Uuid, Uuid),
     result: ExecutionResult<super::record::HeartbeatResult>,
+    tick: tokio::time::Instant,
     interval: Duration,
 ) {
     let (execution_id, attempt_id, _) = ids;
     // The lease may have been completed or dropped while its renewal was in flight.
     let Some((lease, failures)) = renewals(renewals_)
-        .leases
         .get(&attempt_id)
         .map(|l| (l.lease.clone(), l.failures))
     else {
         return;
     };
     let lost = |lease: &LeaseState| {
-        renewals(renewals_).leases.remove(&attempt_id);
+        renewals(renewals_).remove(&attempt_id);
         lease.cancel.cancel();
     };
     match result {
@@ -774,8 +746,8 @@ async fn settle_renewal<B: LeasedExecutionBackend>(
                 lost(&lease);
                 return;
             }
-            if let Some(l) = renewals(renewals_).leases.get_mut(&attempt_id) {
-                l.due = tokio::time::Instant::now() + interval;
+            if let Some(l) = renewals(renewals_).get_mut(&attempt_id) {
+                l.due = tick + interval;
                 l.failures = 0;
             }
         }
@@ -793,7 +765,7 @@ async fn settle_renewal<B: LeasedExecutionBackend>(
                 .saturating_mul(2u32.saturating_pow(failures.min(10)))
                 .min(remaining / 4);
             tracing::warn!(execution_id = %execution_id, error = %err, retry_in_s = backoff.as_secs_f64(), "heartbeat failed; retrying");
-            if let Some(l) = renewals(renewals_).leases.get_mut(&attempt_id) {
+            if let Some(l) = renewals(renewals_).get_mut(&attempt_id) {
                 l.due = tokio::time::Instant::now() + backoff;
                 l.failures = failures + 1;
             }

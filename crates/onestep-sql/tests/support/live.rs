@@ -304,7 +304,8 @@ pub async fn heartbeat_prevents_takeover<D: Dialect>(dsn: &str) {
 }
 
 /// A worker renews the leases of its running executions together, with one statement per
-/// table, so every renewed attempt carries the same heartbeat time.
+/// table, so the renewed attempts carry one heartbeat time (two when their starts straddled a
+/// tick of the renewer).
 pub async fn a_worker_renews_its_leases_together<D: Dialect>(dsn: &str) {
     use onestep_core::Source;
     use onestep_core::execution::{ExecutionSource, ExecutionSourceOptions};
@@ -314,7 +315,7 @@ pub async fn a_worker_renews_its_leases_together<D: Dialect>(dsn: &str) {
     }
     let mut o = ExecutionSourceOptions::new("live", "beats");
     o.lease_duration_s = 3.0;
-    o.heartbeat_interval_s = 0.3;
+    o.heartbeat_interval_s = 1.0;
     o.batch_size = 8;
     let source = ExecutionSource::new(b.clone(), o).unwrap();
     let mut deliveries = source.fetch(8).await.unwrap();
@@ -322,8 +323,9 @@ pub async fn a_worker_renews_its_leases_together<D: Dialect>(dsn: &str) {
     for d in &mut deliveries {
         d.start_processing().await.unwrap();
     }
-    // Two renewals (at ~0.3 s and ~0.6 s).
-    tokio::time::sleep(Duration::from_millis(750)).await;
+    // The renewer ticks every half interval: these leases are renewed at ~1 s and ~2 s; read
+    // them half-way, far from either renewal.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
     let mut beats = HashSet::new();
     for d in &mut deliveries {
         let id = d.as_managed().unwrap().execution_id();
@@ -335,7 +337,14 @@ pub async fn a_worker_renews_its_leases_together<D: Dialect>(dsn: &str) {
         );
         beats.insert(attempts[0].heartbeat_at);
     }
-    assert_eq!(beats.len(), 1, "one renewal statement for all: {beats:?}");
+    // The renewer ticks every half interval and renews what is due within the next half, so
+    // leases started a few milliseconds apart may straddle a tick and renew in two groups
+    // (each on its own statement) — never one statement per lease.
+    assert!(
+        beats.len() <= 2,
+        "8 leases renewed by at most two statements, got {} distinct heartbeat times: {beats:?}",
+        beats.len()
+    );
     for d in &mut deliveries {
         d.ack().await.unwrap();
     }

@@ -54,6 +54,7 @@ use std::collections::BTreeSet;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::Router;
 use axum::body::{Body, Bytes, HttpBody};
@@ -85,6 +86,9 @@ pub type MetadataInjector = Arc<dyn Fn(&HeaderMap, &Value) -> Map<String, Value>
 /// The default request body limit: the payload limit (1 MiB) plus room for metadata and JSON.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 1_048_576 + 65_536 + 16_384;
 
+/// The default time a client has to send a whole request body (408 after it).
+pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// The deepest nesting of arrays and objects a payload or metadata may have as stored (the
 /// core's limit, which also holds for results).
 pub use onestep_core::execution::stored::MAX_STORED_DEPTH;
@@ -99,6 +103,7 @@ struct Shared<B> {
     injector: Option<MetadataInjector>,
     owned_keys: BTreeSet<String>,
     max_body_bytes: usize,
+    body_timeout: Duration,
 }
 
 /// Builds the `/v1/executions` router.
@@ -117,6 +122,7 @@ impl<B: ExecutionBackend + Clone + 'static> ExecutionApi<B> {
                 injector: None,
                 owned_keys: BTreeSet::new(),
                 max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+                body_timeout: DEFAULT_BODY_TIMEOUT,
             },
         }
     }
@@ -179,6 +185,14 @@ impl<B: ExecutionBackend + Clone + 'static> ExecutionApi<B> {
         self
     }
 
+    /// Answers 408 to a request whose body has not fully arrived `timeout` after the handler
+    /// started reading it (default [`DEFAULT_BODY_TIMEOUT`]), so a client that stalls mid-body
+    /// cannot hold a connection and a request slot open forever.
+    pub fn body_timeout(mut self, timeout: Duration) -> Self {
+        self.shared.body_timeout = timeout;
+        self
+    }
+
     /// The router.
     pub fn router(self) -> Router {
         let shared = Arc::new(self.shared);
@@ -219,9 +233,23 @@ impl<B> Shared<B> {
     }
 }
 
-/// Reads the whole body: 413 as soon as it (or its declared `Content-Length`) exceeds `limit`,
-/// 400 when it breaks off or its framing is broken.
-async fn read_body(mut body: Body, limit: usize) -> Result<Bytes, ApiError> {
+/// Reads the whole body within `timeout` (else 408): 413 as soon as it (or its declared
+/// `Content-Length`) exceeds `limit`, 400 when it breaks off or its framing is broken.
+async fn read_body(body: Body, limit: usize, timeout: Duration) -> Result<Bytes, ApiError> {
+    tokio::time::timeout(timeout, read_body_untimed(body, limit))
+        .await
+        .unwrap_or_else(|_| {
+            Err(ApiError::new(
+                StatusCode::REQUEST_TIMEOUT,
+                format!(
+                    "the request body did not arrive within {} s",
+                    timeout.as_secs_f64()
+                ),
+            ))
+        })
+}
+
+async fn read_body_untimed(mut body: Body, limit: usize) -> Result<Bytes, ApiError> {
     let too_large = || {
         ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
@@ -359,7 +387,7 @@ async fn submit<B: ExecutionBackend + Clone + 'static>(
         Some(Ok(k)) => k.trim().to_string(),
     };
     require_json(&headers)?;
-    let body = parse_json(&read_body(body, s.max_body_bytes).await?)?;
+    let body = parse_json(&read_body(body, s.max_body_bytes, s.body_timeout).await?)?;
     let Value::Object(mut body) = body else {
         return Err(ApiError::unprocessable(
             "request body must be a JSON object",
@@ -526,7 +554,7 @@ async fn cancel<B: ExecutionBackend + Clone + 'static>(
 ) -> Result<Response, ApiError> {
     s.authorize(&headers)?;
     let id = id_of(id)?;
-    let bytes = read_body(body, 16_384).await?;
+    let bytes = read_body(body, 16_384, s.body_timeout).await?;
     let reason = if bytes.iter().all(u8::is_ascii_whitespace) {
         None
     } else {

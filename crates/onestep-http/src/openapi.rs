@@ -44,7 +44,7 @@ pub fn document() -> Value {
                         "202": execution_response("Accepted (or the existing execution for a repeated key)"),
                         "400": error("Malformed JSON"), "401": error("Unauthorized"),
                         "409": error("The key was used with a different submission"),
-                        "413": error("Body too large"), "415": error("The body is declared as something other than JSON"),
+                        "408": error("The body did not arrive within the body timeout"), "413": error("Body too large"), "415": error("The body is declared as something other than JSON"),
                         "422": error("Invalid or unencodable submission"),
                         "503": error("The execution store is unavailable")
                     }
@@ -70,7 +70,7 @@ pub fn document() -> Value {
                 "requestBody": {"required": false, "content": {"application/json": {"schema": {"type": "object",
                     "properties": {"reason": {"type": ["string", "null"], "maxLength": 500}}, "additionalProperties": false}}}},
                 "responses": common(json!({"200": execution_response("The execution after the request"), "404": error("Unknown id"),
-                    "413": error("Body too large"), "415": error("The body is declared as something other than JSON"),
+                    "408": error("The body did not arrive within the body timeout"), "413": error("Body too large"), "415": error("The body is declared as something other than JSON"),
                     "422": error("Invalid reason or id")}))}},
             "/v1/executions/{id}/result": {"get": {"summary": "The result (never waits)", "parameters": [id_param()],
                 "responses": {

@@ -443,6 +443,46 @@ async fn hostile_requests_get_a_clear_4xx_and_write_nothing() {
     assert_eq!(get(&addr, "/openapi.json").await.body["openapi"], "3.1.0");
 }
 
+/// A client that stops sending mid-body gets a 408 once the body timeout passes, and nothing
+/// is written.
+#[tokio::test]
+async fn a_body_that_stalls_gets_408_and_writes_nothing() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let backend = onestep_core::execution::MemoryExecutionBackend::new();
+    let router = ExecutionApi::new(ExecutionClient::new(backend, NS).unwrap())
+        .body_timeout(Duration::from_millis(200))
+        .router();
+    let listener = onestep_http::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    tokio::spawn(onestep_http::serve(
+        listener,
+        router,
+        std::future::pending(),
+    ));
+    let mut s = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    s.write_all(
+        b"POST /v1/executions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+          Idempotency-Key: k\r\nContent-Length: 100\r\n\r\n{\"task_name\": ",
+    )
+    .await
+    .unwrap();
+    let started = Instant::now();
+    let mut out = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut out))
+        .await
+        .expect("the server answers and closes the connection")
+        .unwrap();
+    let reply = String::from_utf8_lossy(&out);
+    assert!(reply.starts_with("HTTP/1.1 408"), "{reply}");
+    assert!(
+        reply.contains("the request body did not arrive within 0.2 s"),
+        "{reply}"
+    );
+    assert!(started.elapsed() >= Duration::from_millis(150));
+    let page = get(&addr, "/v1/executions").await;
+    assert_eq!(page.body["items"], json!([]), "nothing was written");
+}
+
 async fn raw(addr: &str, bytes: &[u8]) -> String {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();

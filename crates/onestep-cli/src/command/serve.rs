@@ -33,6 +33,22 @@ pub struct ServeArgs {
     /// Create missing tables (by default the API expects `onestep init-db` to have run).
     #[arg(long)]
     auto_create: bool,
+    /// Seconds a client has to send a whole request body; 408 after that.
+    #[arg(long, default_value = "30", value_parser = positive_seconds)]
+    body_timeout_s: std::time::Duration,
+}
+
+/// Parses `--body-timeout-s`: a number of seconds above 0.
+fn positive_seconds(text: &str) -> Result<std::time::Duration, String> {
+    let seconds: f64 = text
+        .trim()
+        .parse()
+        .map_err(|_| format!("expected a number of seconds > 0, got '{text}'"))?;
+    if seconds.is_nan() || seconds <= 0.0 {
+        return Err(format!("expected a number of seconds > 0, got {seconds}"));
+    }
+    std::time::Duration::try_from_secs_f64(seconds)
+        .map_err(|_| format!("expected a number of seconds > 0, got {seconds}"))
 }
 
 async fn serve<D: Dialect>(args: &ServeArgs) -> anyhow::Result<()> {
@@ -45,7 +61,7 @@ async fn serve<D: Dialect>(args: &ServeArgs) -> anyhow::Result<()> {
     let backend = SqlExecutionBackend::<D>::new(&args.dsn, options)?;
     let client = ExecutionClient::new(backend, &args.namespace)?;
     client.open().await?;
-    let mut api = ExecutionApi::new(client);
+    let mut api = ExecutionApi::new(client).body_timeout(args.body_timeout_s);
     if !args.allow_task.is_empty() {
         api = api.allow_tasks(args.allow_task.clone());
     } else {

@@ -110,7 +110,7 @@ pub trait Dialect: Send + Sync + Sized + 'static {
     const INSERT_MANY: Option<&'static str> = None;
 
     /// How a statement of fixed shape matches `id` against a batch of ids bound as one
-    /// comma-separated text (batched completions lock their rows with it), so its text, and
+    /// comma-separated text (batched completions and heartbeats lock their rows with it), so its text, and
     /// the server's plan for it, is the same at every batch size; PostgreSQL's is
     /// `= ANY(string_to_array(?, ',')::uuid[])`. `None` (the default): `IN (?, …)`, one
     /// parameter per id.

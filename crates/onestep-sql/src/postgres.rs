@@ -100,7 +100,7 @@ const ID_IN_TEXT_LIST: &str = "= ANY(string_to_array(?, ',')::uuid[])";
 /// A batch of accepted completions in two fixed-shape updates (see `Dialect::COMPLETE_MANY`).
 /// The `CASE id WHEN ? THEN ? …` updates they replace had a text per batch size and evaluated
 /// one `WHEN` after another for every row and column. They are planned per call, like the
-/// batch lock (see `SqlExecutionBackend`'s `lock_many`): kept prepared, the attempts update got
+/// batch lock (see `SqlExecutionBackend::over_ids`): kept prepared, the attempts update got
 /// a generic plan while the attempts table was still nearly empty at the start of a drain (a
 /// hash join over a scan of the whole table), and kept it as the table grew, at 2.6 ms a batch.
 const COMPLETE_MANY: [&str; 2] = [

@@ -117,11 +117,11 @@ updated_at = ?, version = version + 1 WHERE id = ? AND version = ?";
 /// The attempts of one execution, oldest first.
 pub const ATTEMPTS: &str = "SELECT {acols} FROM {a} WHERE execution_id = ? ORDER BY attempt_no";
 
-/// Locks a batch of executions for a batched completion, in id order (deadlock-free against
-/// other batches). `{ids}` is the dialect's id-list match (`IN (?, …)` by default).
+/// Locks a batch of executions for a batched completion or heartbeat, in id order
+/// (deadlock-free against other batches). `{ids}` is the dialect's id-list match (`IN (?, …)` by default).
 pub const LOCK_MANY: &str = "SELECT {cols} FROM {e} WHERE id {ids} ORDER BY id{lock}";
 
-/// Reads the still-running attempts of a batch of completions; `{ids}` as in [`LOCK_MANY`].
+/// Reads the still-running attempts of a batch of completions or heartbeats; `{ids}` as in [`LOCK_MANY`].
 pub const RUNNING_ATTEMPTS_MANY: &str =
     "SELECT {acols} FROM {a} WHERE id {ids} AND status = 'running'";
 

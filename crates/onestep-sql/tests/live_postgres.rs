@@ -219,3 +219,75 @@ async fn a_claim_on_database_time_stores_the_lease_it_returns() {
         .collect();
     assert_eq!(order, vec![0, 1, 2], "claimed oldest first");
 }
+
+/// One execution row locked by another session holds up only its own lease renewal: the
+/// worker's other running executions keep their leases (no other worker can claim them), and
+/// the stuck one's handler is cancelled once its renewal finds the lease gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_locked_row_holds_up_only_its_own_lease_renewal() {
+    use onestep_core::Source;
+    use onestep_core::execution::{ExecutionSource, ExecutionSourceOptions};
+    let url = support::postgres_url();
+    let b = PostgresExecutionBackend::new(&url, live::fresh_options()).unwrap();
+    let mut ids = Vec::new();
+    for n in 0..3 {
+        let r = ExecutionRequest::new(
+            "live",
+            "stuck",
+            serde_json::json!(n),
+            SubmitOptions::default(),
+        )
+        .unwrap();
+        ids.push(b.submit(r).await.unwrap().id);
+    }
+    let mut o = ExecutionSourceOptions::new("live", "stuck");
+    o.lease_duration_s = 1.2;
+    o.heartbeat_interval_s = 0.3;
+    o.batch_size = 3;
+    let source = ExecutionSource::new(b.clone(), o).unwrap();
+    let mut deliveries = source.fetch(3).await.unwrap();
+    assert_eq!(deliveries.len(), 3);
+    for d in &mut deliveries {
+        d.start_processing().await.unwrap();
+    }
+    let stuck_id = deliveries[0].as_managed().unwrap().execution_id();
+    let pool = b.connector().pool().unwrap();
+    let mut lock = pool.begin().await.unwrap();
+    sqlx::query(&format!(
+        "SELECT id FROM \"{}\" WHERE id = $1 FOR UPDATE",
+        b.tables().executions
+    ))
+    .bind(stuck_id)
+    .execute(&mut *lock)
+    .await
+    .unwrap();
+    // Well past the 1.2 s lease: only renewals keep the other two. (A claim here would block:
+    // its lease maintenance waits for the locked, expired row, as the reference's does.)
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let recently = time::OffsetDateTime::now_utc() - time::Duration::milliseconds(900);
+    for (i, d) in deliveries.iter_mut().enumerate() {
+        let id = d.as_managed().unwrap().execution_id();
+        let beat = b.attempts(id).await.unwrap()[0].heartbeat_at;
+        if i == 0 {
+            assert!(
+                beat < recently,
+                "the locked execution was renewed at {beat}"
+            );
+        } else {
+            assert!(
+                beat > recently,
+                "execution {i} was last renewed at {beat}, held up by the locked row"
+            );
+        }
+    }
+    lock.rollback().await.unwrap();
+    // The held-up renewal now runs, finds its lease expired, and cancels that handler only.
+    let stuck_cancel = deliveries[0].as_managed().unwrap().cancellation();
+    tokio::time::timeout(Duration::from_secs(10), stuck_cancel.cancelled())
+        .await
+        .expect("the stuck execution's handler is cancelled once its lease is found lost");
+    for d in &mut deliveries[1..] {
+        assert!(!d.as_managed().unwrap().cancellation().is_cancelled());
+        d.ack().await.unwrap();
+    }
+}

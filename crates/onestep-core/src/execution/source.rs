@@ -184,7 +184,7 @@ pub struct ExecutionSource<B> {
     options: ExecutionSourceOptions,
     name: String,
     completer: OnceLock<Completer>,
-    heartbeater: OnceLock<Arc<Heartbeater>>,
+    heartbeater: OnceLock<Arc<Heartbeater<B>>>,
     /// Claimed, not yet handed to the runner (`options.prefetch`), with when each was claimed.
     prefetched: Mutex<std::collections::VecDeque<(ExecutionLease, std::time::Instant)>>,
 }
@@ -337,11 +337,11 @@ impl<B: LeasedExecutionBackend + Clone + 'static> ExecutionSource<B> {
             .clone()
     }
 
-    /// The lease renewer, started on first use (inside the runtime).
-    fn heartbeater(&self) -> Arc<Heartbeater> {
+    /// The lease renewer (its task starts with the first lease it keeps).
+    fn heartbeater(&self) -> Arc<Heartbeater<B>> {
         self.heartbeater
             .get_or_init(|| {
-                Heartbeater::start(
+                Heartbeater::new(
                     self.backend.clone(),
                     Duration::from_secs_f64(self.options.heartbeat_interval_s),
                     Duration::from_secs_f64(self.options.lease_duration_s),
@@ -549,7 +549,7 @@ impl<B: LeasedExecutionBackend + Clone + 'static> Source for ExecutionSource<B> 
     }
 }
 
-/// State shared between a delivery and its heartbeat loop.
+/// State shared between a delivery and the source's lease renewer.
 struct LeaseState {
     expires_at: Mutex<OffsetDateTime>,
     cancel_requested: AtomicBool,
@@ -566,7 +566,7 @@ struct ExecutionDelivery<B> {
     lease_token: Uuid,
     lease: Arc<LeaseState>,
     /// The source's lease renewer.
-    heartbeats: Arc<Heartbeater>,
+    heartbeats: Arc<Heartbeater<B>>,
     /// Whether the renewer holds this delivery's lease (from start until completion).
     heartbeating: bool,
     completed: Option<Execution>,
@@ -610,47 +610,49 @@ struct Renewal {
     due: tokio::time::Instant,
     /// Renewals in a row that failed with a retryable error.
     failures: u32,
-}
-
-/// One task per source that keeps every started delivery's lease alive. It ticks every half
-/// interval and renews all leases due within the next half interval with one
-/// [`heartbeat_many`](LeasedExecutionBackend::heartbeat_many), so each lease is renewed between
-/// half an interval and one interval after its start or last renewal, and a worker running 500
-/// long executions sends two renewals per interval, not 500. Starting and finishing a delivery
-/// only touch a map. On a lost lease or a cancel request it fires that delivery's cancellation
-/// token and stops renewing it.
-struct Heartbeater {
-    /// The leases it keeps, by attempt id.
-    renewals: Arc<Mutex<Renewals>>,
-    interval: Duration,
-    _task: AbortOnDropHandle<()>,
+    /// A renewal of it is in flight (a round, its own heartbeat or a retry): ticks skip it.
+    busy: bool,
 }
 
 /// The leases a [`Heartbeater`] keeps, by attempt id.
 type Renewals = std::collections::HashMap<Uuid, Renewal>;
 
 fn renewals(m: &Mutex<Renewals>) -> std::sync::MutexGuard<'_, Renewals> {
-    // Every change under the lock is a single insert, remove or field write.
+    // Every change under the lock is an insert, a remove or a few field writes of one entry.
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-impl Heartbeater {
-    fn start<B: LeasedExecutionBackend + Clone + 'static>(
-        backend: B,
-        interval: Duration,
-        lease_duration: Duration,
-    ) -> Arc<Self> {
-        let renewals = Arc::new(Mutex::new(Renewals::new()));
-        let task = tokio::spawn(renew_loop(
+/// One task per source that keeps every started delivery's lease alive. It ticks every half
+/// interval and renews all leases due before the next tick with one
+/// [`heartbeat_many`](LeasedExecutionBackend::heartbeat_many) per round, so each lease is renewed
+/// between half an interval and one interval after its start or last renewal, and a worker
+/// running 500 long executions sends two renewal transactions per interval, not 500. Starting
+/// and finishing a delivery only touch a map.
+///
+/// A round runs in a task of its own, so the tick never waits for the database. A round that
+/// fails, or has no answer within half an interval (a row lock held elsewhere), is retried as one
+/// heartbeat per lease, each in its own task, so one stuck lease cannot hold up the others. A
+/// lease whose renewal fails with a retryable error is retried on its own timer (after the
+/// interval, doubling, at most a quarter of what remains of the lease), as long as the lease
+/// lasts. On a lost lease or a cancel request it fires that delivery's cancellation token and
+/// stops renewing it.
+struct Heartbeater<B> {
+    backend: B,
+    renewals: Arc<Mutex<Renewals>>,
+    interval: Duration,
+    lease_duration: Duration,
+    /// The ticking task, (re)started by [`Heartbeater::keep`] when it is not running.
+    task: Mutex<Option<AbortOnDropHandle<()>>>,
+}
+
+impl<B: LeasedExecutionBackend + Clone + 'static> Heartbeater<B> {
+    fn new(backend: B, interval: Duration, lease_duration: Duration) -> Arc<Self> {
+        Arc::new(Self {
             backend,
-            renewals.clone(),
+            renewals: Arc::new(Mutex::new(Renewals::new())),
             interval,
             lease_duration,
-        ));
-        Arc::new(Self {
-            renewals,
-            interval,
-            _task: AbortOnDropHandle::new(task),
+            task: Mutex::new(None),
         })
     }
 
@@ -664,25 +666,43 @@ impl Heartbeater {
                 lease,
                 due,
                 failures: 0,
+                busy: false,
             },
         );
+        // The ticking task runs in the runtime that kept the first lease; if it is gone (that
+        // runtime shut down), start another here.
+        let mut task = self.task.lock().unwrap_or_else(|p| p.into_inner());
+        if task.as_ref().is_none_or(|t| t.is_finished()) {
+            *task = Some(AbortOnDropHandle::new(tokio::spawn(renew_loop(Renewer {
+                backend: self.backend.clone(),
+                renewals: self.renewals.clone(),
+                interval: self.interval,
+                lease_duration: self.lease_duration,
+            }))));
+        }
     }
+}
 
+impl<B> Heartbeater<B> {
     /// Stops renewing the lease of an attempt.
     fn stop(&self, attempt_id: Uuid) {
         renewals(&self.renewals).remove(&attempt_id);
     }
 }
 
-/// The renewer's loop (see [`Heartbeater`]).
-async fn renew_loop<B: LeasedExecutionBackend>(
+/// What the renewer's tasks share.
+#[derive(Clone)]
+struct Renewer<B> {
     backend: B,
-    renewals_: Arc<Mutex<Renewals>>,
+    renewals: Arc<Mutex<Renewals>>,
     interval: Duration,
     lease_duration: Duration,
-) {
+}
+
+/// The renewer's ticks (see [`Heartbeater`]).
+async fn renew_loop<B: LeasedExecutionBackend + Clone + 'static>(r: Renewer<B>) {
     // A period of zero would panic; validation only asks for a positive interval.
-    let half = (interval / 2).max(Duration::from_millis(1));
+    let half = (r.interval / 2).max(Duration::from_millis(1));
     let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + half, half);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -690,51 +710,85 @@ async fn renew_loop<B: LeasedExecutionBackend>(
         // tick is due again exactly two ticks later, so leases renewed together stay together.
         let tick = ticks.tick().await;
         let horizon = tick + half;
-        let due: Vec<(Uuid, Uuid, Uuid)> = renewals(&renewals_)
-            .values()
-            .filter(|l| l.due < horizon)
-            .map(|l| l.ids)
+        let due: Vec<(Uuid, Uuid, Uuid)> = renewals(&r.renewals)
+            .values_mut()
+            .filter(|l| !l.busy && l.due < horizon)
+            .map(|l| {
+                l.busy = true;
+                l.ids
+            })
             .collect();
         for chunk in due.chunks(HEARTBEAT_BATCH) {
-            let results = match backend.heartbeat_many(chunk, lease_duration).await {
-                Ok(results) if results.len() == chunk.len() => results,
-                // The batch failed as a whole: each lease gets its own answer.
-                _ => {
-                    let mut out = Vec::with_capacity(chunk.len());
-                    for &(e, a, t) in chunk {
-                        out.push(backend.heartbeat(e, a, t, lease_duration).await);
-                    }
-                    out
-                }
-            };
-            for (&ids, result) in chunk.iter().zip(results) {
-                settle_renewal(&backend, &renewals_, ids, result, tick, interval).await;
+            tokio::spawn(renew_round(r.clone(), chunk.to_vec(), tick, half));
+        }
+    }
+}
+
+/// Renews one round of leases together; falls back to one heartbeat per lease when the round
+/// fails or takes longer than `limit`.
+async fn renew_round<B: LeasedExecutionBackend + Clone + 'static>(
+    r: Renewer<B>,
+    leases: Vec<(Uuid, Uuid, Uuid)>,
+    tick: tokio::time::Instant,
+    limit: Duration,
+) {
+    let batch =
+        tokio::time::timeout(limit, r.backend.heartbeat_many(&leases, r.lease_duration)).await;
+    match batch {
+        Ok(Ok(results)) if results.len() == leases.len() => {
+            for (ids, result) in leases.into_iter().zip(results) {
+                settle_renewal(&r, ids, result, tick).await;
+            }
+        }
+        failed => {
+            if let Ok(Err(err)) = &failed {
+                tracing::debug!(error = %err, leases = leases.len(), "batched heartbeat failed; renewing one by one");
+            } else {
+                tracing::debug!(
+                    leases = leases.len(),
+                    "batched heartbeat too slow; renewing one by one"
+                );
+            }
+            for ids in leases {
+                tokio::spawn(renew_one(r.clone(), ids));
             }
         }
     }
 }
 
-/// Applies one lease's renewal: a new expiry, a cancel request, a lost lease, or a retry later
-/// (a retryable error while the lease still has time: after the interval, doubling, at most a
-/// quarter of what remains).
-async fn settle_renewal<B: LeasedExecutionBackend>(
-    backend: &B,
-    renewals_: &Mutex<Renewals>,
+/// Renews one lease on its own. (Boxed: a retry spawns it again from `settle_renewal`, and the
+/// compiler cannot see through that cycle that the future is `Send`.)
+fn renew_one<B: LeasedExecutionBackend + Clone + 'static>(
+    r: Renewer<B>,
+    ids: (Uuid, Uuid, Uuid),
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> {
+    Box::pin(async move {
+        let result = r
+            .backend
+            .heartbeat(ids.0, ids.1, ids.2, r.lease_duration)
+            .await;
+        settle_renewal(&r, ids, result, tokio::time::Instant::now()).await;
+    })
+}
+
+/// Applies one lease's renewal: a new expiry, a cancel request, a lost lease, or a retry on its
+/// own timer (a retryable error while the lease still has time).
+async fn settle_renewal<B: LeasedExecutionBackend + Clone + 'static>(
+    r: &Renewer<B>,
     ids: (Uuid, Uuid, Uuid),
     result: ExecutionResult<super::record::HeartbeatResult>,
-    tick: tokio::time::Instant,
-    interval: Duration,
+    renewed_at: tokio::time::Instant,
 ) {
     let (execution_id, attempt_id, _) = ids;
     // The lease may have been completed or dropped while its renewal was in flight.
-    let Some((lease, failures)) = renewals(renewals_)
+    let Some((lease, failures)) = renewals(&r.renewals)
         .get(&attempt_id)
         .map(|l| (l.lease.clone(), l.failures))
     else {
         return;
     };
     let lost = |lease: &LeaseState| {
-        renewals(renewals_).remove(&attempt_id);
+        renewals(&r.renewals).remove(&attempt_id);
         lease.cancel.cancel();
     };
     match result {
@@ -746,29 +800,40 @@ async fn settle_renewal<B: LeasedExecutionBackend>(
                 lost(&lease);
                 return;
             }
-            if let Some(l) = renewals(renewals_).get_mut(&attempt_id) {
-                l.due = tick + interval;
+            if let Some(l) = renewals(&r.renewals).get_mut(&attempt_id) {
+                l.due = renewed_at + r.interval;
                 l.failures = 0;
+                l.busy = false;
             }
         }
         Err(err) if err.is_retryable() => {
             let expires = *lease.expires_at.lock().unwrap_or_else(|p| p.into_inner());
-            let remaining = match backend.lease_remaining(expires).await {
-                Ok(r) if !r.is_zero() => r,
+            let remaining = match r.backend.lease_remaining(expires).await {
+                Ok(remaining) if !remaining.is_zero() => remaining,
                 _ => {
                     tracing::warn!(execution_id = %execution_id, error = %err, "lease ran out while heartbeats failed; cancelling the attempt");
                     lost(&lease);
                     return;
                 }
             };
-            let backoff = interval
+            let backoff = r
+                .interval
                 .saturating_mul(2u32.saturating_pow(failures.min(10)))
                 .min(remaining / 4);
             tracing::warn!(execution_id = %execution_id, error = %err, retry_in_s = backoff.as_secs_f64(), "heartbeat failed; retrying");
-            if let Some(l) = renewals(renewals_).get_mut(&attempt_id) {
-                l.due = tokio::time::Instant::now() + backoff;
-                l.failures = failures + 1;
+            match renewals(&r.renewals).get_mut(&attempt_id) {
+                Some(l) => l.failures = failures + 1,
+                None => return,
             }
+            // Still busy: the ticks leave it to its own retry.
+            let r = r.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(backoff).await;
+                let kept = renewals(&r.renewals).contains_key(&ids.1);
+                if kept {
+                    renew_one(r, ids).await;
+                }
+            });
         }
         Err(err) => {
             tracing::warn!(execution_id = %execution_id, error = %err, "lease lost; cancelling the attempt");

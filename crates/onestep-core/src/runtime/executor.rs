@@ -134,10 +134,14 @@ pub(crate) async fn execute(
     };
     // The ack failed after the slot was given back: the failure path runs user code
     // (`on_failure`, dead-letter sinks), so it takes a slot again. A closed semaphore (the
-    // runner is gone) has no slots to respect.
+    // runner is gone) has no slots to respect, and a shutdown that cancels in-flight work does
+    // not wait for one: the failure is recorded at once.
     let _slot_again = match (&freed_from, &outcome) {
         (Some(semaphore), Outcome::Failed(_) | Outcome::Cancelled(_)) => {
-            semaphore.clone().acquire_owned().await.ok()
+            tokio::select! {
+                permit = semaphore.clone().acquire_owned() => permit.ok(),
+                _ = cancel.cancelled() => None,
+            }
         }
         _ => None,
     };

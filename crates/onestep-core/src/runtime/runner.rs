@@ -194,7 +194,9 @@ impl Runner {
                     }
                     let mut deliveries = deliveries.into_iter();
                     for delivery in deliveries.by_ref() {
-                        // `free` counted the permits, and only this loop takes them.
+                        // `free` counted the permits. Only this loop takes new ones, except an
+                        // execution whose ack failed after it freed its slot early: it takes one
+                        // back for its failure path, and then a fetched delivery is handed back.
                         let Ok(slot) = self.slots.clone().try_acquire_owned() else {
                             tracing::error!(task = %task, "no free slot for a fetched delivery; handing it back");
                             self.release_all(std::iter::once(delivery).collect()).await;

@@ -39,7 +39,7 @@ WHERE la.execution_id = e.id AND la.attempt_no = e.attempts AND la.status = 'lea
 /// Maintenance 1: queued or handler-retrying work past `expires_at`.
 pub const EXPIRE_CANDIDATES: &str = "SELECT e.id, e.version, e.lease_token FROM {e} e \
 WHERE e.status IN ('queued', 'retrying') AND e.expires_at IS NOT NULL AND e.expires_at <= ? \
-AND NOT {lease_lost_retry} ORDER BY e.expires_at, e.id LIMIT ?";
+AND NOT {lease_lost_retry} ORDER BY e.expires_at, e.id LIMIT ?{skip}";
 
 /// Expires one candidate if it did not change since it was selected.
 pub const EXPIRE: &str = "UPDATE {e} SET status = 'expired', finished_at = ?, updated_at = ?, version = version + 1 \
@@ -50,7 +50,7 @@ WHERE id = ? AND version = ? AND status IN ('queued', 'retrying') AND expires_at
 /// states its predicate, and otherwise scans the whole table, history included, on every pass.
 pub const CANCEL_EXPIRY_CANDIDATES: &str = "SELECT e.id, e.version, e.lease_token FROM {e} e \
 WHERE e.status IN ('running', 'cancel_requested') AND e.status = 'cancel_requested' \
-AND e.lease_expires_at <= ? ORDER BY e.lease_expires_at, e.id LIMIT ?";
+AND e.lease_expires_at <= ? ORDER BY e.lease_expires_at, e.id LIMIT ?{skip}";
 
 /// Cancels one candidate if it did not change since it was selected.
 pub const CANCEL_EXPIRY: &str = "UPDATE {e} SET status = 'cancelled', finished_at = ?, updated_at = ?, \
@@ -58,9 +58,13 @@ lease_token = NULL, lease_expires_at = NULL, worker_id = NULL, version = version
 WHERE id = ? AND version = ? AND lease_token = ? AND status = 'cancel_requested' AND lease_expires_at <= ?";
 
 /// Maintenance 3: running work whose lease expired (the `status IN (…)` as in maintenance 2).
+///
+/// Every maintenance pass locks its candidates skipping rows another transaction holds (a
+/// completion, a heartbeat, a session that locked a row by hand): the next pass takes them, and
+/// a claim never waits behind someone else's row lock.
 pub const RECLAIM_CANDIDATES: &str = "SELECT e.id, e.version, e.lease_token FROM {e} e \
 WHERE e.status IN ('running', 'cancel_requested') AND e.status = 'running' \
-AND e.lease_expires_at <= ? ORDER BY e.lease_expires_at, e.id LIMIT ?";
+AND e.lease_expires_at <= ? ORDER BY e.lease_expires_at, e.id LIMIT ?{skip}";
 
 /// Returns one candidate to retrying if it did not change since it was selected.
 pub const RECLAIM: &str = "UPDATE {e} SET status = 'retrying', available_at = ?, updated_at = ?, \

@@ -291,3 +291,60 @@ async fn a_locked_row_holds_up_only_its_own_lease_renewal() {
         d.ack().await.unwrap();
     }
 }
+
+/// A claim's lease maintenance skips an expired row another session holds locked instead of
+/// waiting for it; the next claim after the lock is gone reclaims it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn claims_do_not_wait_behind_a_row_locked_elsewhere() {
+    let url = support::postgres_url();
+    let b = PostgresExecutionBackend::new(&url, live::fresh_options()).unwrap();
+    let r = ExecutionRequest::new(
+        "live",
+        "locked",
+        serde_json::json!(1),
+        SubmitOptions::default(),
+    )
+    .unwrap();
+    let e = b.submit(r).await.unwrap();
+    let tasks = ["locked".to_string()];
+    let first = b
+        .claim("live", &tasks, 1, Duration::from_millis(200), "w1")
+        .await
+        .unwrap();
+    assert_eq!(first.len(), 1);
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let pool = b.connector().pool().unwrap();
+    let mut lock = pool.begin().await.unwrap();
+    sqlx::query(&format!(
+        "SELECT id FROM \"{}\" WHERE id = $1 FOR UPDATE",
+        b.tables().executions
+    ))
+    .bind(e.id)
+    .execute(&mut *lock)
+    .await
+    .unwrap();
+    let claimed = tokio::time::timeout(
+        Duration::from_secs(5),
+        b.claim("live", &tasks, 1, Duration::from_secs(30), "w2"),
+    )
+    .await
+    .expect("a claim does not wait behind another session's row lock")
+    .unwrap();
+    assert!(claimed.is_empty(), "the locked row is left for later");
+    lock.rollback().await.unwrap();
+    // Maintenance runs at most every `maintenance_interval` (250 ms) per backend.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let reclaimed = b
+        .claim("live", &tasks, 1, Duration::from_secs(30), "w2")
+        .await
+        .unwrap();
+    assert_eq!(
+        reclaimed.len(),
+        1,
+        "the next claim reclaims the expired lease"
+    );
+    assert_eq!(
+        (reclaimed[0].execution.id, reclaimed[0].execution.attempts),
+        (e.id, 2)
+    );
+}

@@ -50,6 +50,8 @@ impl Dsn {
                 Some(path) => format!("sqlite:{path}"),
                 None => format!("sqlite:{rest}"),
             }
+        } else if base == "postgres" {
+            format!("{base}:{}", known_postgres_parameters(rest))
         } else {
             format!("{base}:{rest}")
         };
@@ -69,6 +71,59 @@ impl Dsn {
     /// The URL with its password replaced by `***`.
     pub fn redacted(&self) -> String {
         redact(&self.url)
+    }
+}
+
+/// The query parameters sqlx's PostgreSQL driver reads (sqlx-postgres 0.8 `parse.rs`).
+const POSTGRES_PARAMETERS: &[&str] = &[
+    "sslmode",
+    "ssl-mode",
+    "sslrootcert",
+    "ssl-root-cert",
+    "ssl-ca",
+    "sslcert",
+    "ssl-cert",
+    "sslkey",
+    "ssl-key",
+    "statement-cache-capacity",
+    "host",
+    "hostaddr",
+    "port",
+    "dbname",
+    "user",
+    "password",
+    "application_name",
+    "options",
+];
+
+/// Drops the query parameters of a PostgreSQL URL that the driver would ignore (libpq ones such
+/// as `connect_timeout`, often found in a DSN shared with the Python side), with a warning that
+/// names the key but never its value: the driver's own warning logs the value, which for a
+/// misspelled `passwd=` is a password.
+fn known_postgres_parameters(rest: &str) -> String {
+    let Some((base, query)) = rest.split_once('?') else {
+        return rest.to_string();
+    };
+    if query.contains('@') {
+        // The `?` is inside the credentials (an unencoded `?` in a password), not a query:
+        // leave the URL to the driver's error, which `redact` covers, and log nothing of it.
+        return rest.to_string();
+    }
+    let kept: Vec<&str> = query
+        .split('&')
+        .filter(|pair| {
+            let key = pair.split('=').next().unwrap_or_default();
+            if key.is_empty() || POSTGRES_PARAMETERS.contains(&key) {
+                return !key.is_empty();
+            }
+            tracing::warn!(parameter = %key, "ignoring a PostgreSQL dsn parameter the driver does not read (its value is not logged)");
+            false
+        })
+        .collect();
+    if kept.is_empty() {
+        base.to_string()
+    } else {
+        format!("{base}?{}", kept.join("&"))
     }
 }
 
@@ -191,6 +246,34 @@ mod tests {
             "dsn must look like postgres://user:password@host/database, got postgresql:u:***@h/db"
         );
         assert!(Dsn::parse("mysql+pymysql:/u:s3cr3t@h/db").is_err());
+    }
+
+    #[test]
+    fn postgres_parameters_the_driver_ignores_are_dropped() {
+        let dsn = Dsn::parse(
+            "postgresql+psycopg://u:p@h/db?sslmode=require&passwd=secret&connect_timeout=5&application_name=api",
+        )
+        .unwrap();
+        assert_eq!(
+            dsn.as_url(),
+            "postgres://u:p@h/db?sslmode=require&application_name=api"
+        );
+        assert_eq!(
+            Dsn::parse("postgres://u:pa?ss@h/db").unwrap().as_url(),
+            "postgres://u:pa?ss@h/db",
+            "a `?` inside the credentials is not a query"
+        );
+        assert_eq!(
+            Dsn::parse("postgres://u@h/db?passwd=secret")
+                .unwrap()
+                .as_url(),
+            "postgres://u@h/db"
+        );
+        assert_eq!(
+            Dsn::parse("mysql://u@h/db?foo=bar").unwrap().as_url(),
+            "mysql://u@h/db?foo=bar",
+            "other dialects are left to their driver"
+        );
     }
 
     #[test]

@@ -961,3 +961,147 @@ impl<B: LeasedExecutionBackend + Clone + 'static> ManagedDelivery for ExecutionD
         Ok(execution)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::connector::{ConnectorErrorKind, ConnectorOperationError};
+    use crate::execution::record::{
+        ExecutionPage, ExecutionQuery, ExecutionRequest, SubmitOptions,
+    };
+    use crate::execution::{ExecutionBackend, MemoryExecutionBackend};
+
+    /// The memory backend whose heartbeats fail (retryably, as a dropped connection does) until
+    /// a moment.
+    #[derive(Clone)]
+    struct FlakyHeartbeats {
+        inner: MemoryExecutionBackend,
+        failing_until: std::time::Instant,
+    }
+
+    #[async_trait]
+    impl ExecutionBackend for FlakyHeartbeats {
+        fn backend_name(&self) -> &str {
+            "flaky"
+        }
+        async fn submit(&self, request: ExecutionRequest) -> ExecutionResult<Execution> {
+            self.inner.submit(request).await
+        }
+        async fn get(&self, namespace: &str, id: Uuid) -> ExecutionResult<Option<Execution>> {
+            self.inner.get(namespace, id).await
+        }
+        async fn list(&self, query: &ExecutionQuery) -> ExecutionResult<ExecutionPage> {
+            self.inner.list(query).await
+        }
+        async fn request_cancel(
+            &self,
+            namespace: &str,
+            id: Uuid,
+            reason: Option<&str>,
+        ) -> ExecutionResult<Option<Execution>> {
+            self.inner.request_cancel(namespace, id, reason).await
+        }
+    }
+
+    #[async_trait]
+    impl LeasedExecutionBackend for FlakyHeartbeats {
+        async fn claim(
+            &self,
+            namespace: &str,
+            task_names: &[String],
+            limit: usize,
+            lease_duration: Duration,
+            worker_id: &str,
+        ) -> ExecutionResult<Vec<ExecutionLease>> {
+            self.inner
+                .claim(namespace, task_names, limit, lease_duration, worker_id)
+                .await
+        }
+        async fn heartbeat(
+            &self,
+            execution_id: Uuid,
+            attempt_id: Uuid,
+            lease_token: Uuid,
+            lease_duration: Duration,
+        ) -> ExecutionResult<super::super::record::HeartbeatResult> {
+            if std::time::Instant::now() < self.failing_until {
+                return Err(ExecutionError::Connector(ConnectorOperationError::new(
+                    "flaky",
+                    ConnectorOperation::Heartbeat,
+                    ConnectorErrorKind::Disconnected,
+                    "flaky.execution",
+                )));
+            }
+            self.inner
+                .heartbeat(execution_id, attempt_id, lease_token, lease_duration)
+                .await
+        }
+        async fn complete(
+            &self,
+            execution_id: Uuid,
+            attempt_id: Uuid,
+            lease_token: Uuid,
+            completion: ExecutionCompletion,
+        ) -> ExecutionResult<Execution> {
+            self.inner
+                .complete(execution_id, attempt_id, lease_token, completion)
+                .await
+        }
+        async fn release(
+            &self,
+            execution_id: Uuid,
+            attempt_id: Uuid,
+            lease_token: Uuid,
+        ) -> ExecutionResult<Execution> {
+            self.inner
+                .release(execution_id, attempt_id, lease_token)
+                .await
+        }
+        async fn lease_remaining(
+            &self,
+            lease_expires_at: OffsetDateTime,
+        ) -> ExecutionResult<Duration> {
+            self.inner.lease_remaining(lease_expires_at).await
+        }
+        fn validate_result(&self, result: &Value) -> ExecutionResult<()> {
+            self.inner.validate_result(result)
+        }
+    }
+
+    /// Heartbeats that fail until shortly before the lease ends are retried on their own timer
+    /// (a quarter of what remains, and less each time), not on the renewer's half-interval
+    /// ticks: the renewal that finally succeeds lands before the lease ends, so the handler
+    /// keeps running and nobody else can claim the execution.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_renewal_failing_until_just_before_expiry_is_retried_in_time() {
+        let inner = MemoryExecutionBackend::new();
+        let backend = FlakyHeartbeats {
+            inner: inner.clone(),
+            // Lease 6 s, interval 2 s: the ticks fall at 1, 2 … 6 s, so a retry waiting for a
+            // tick after 5.2 s would come at 6 s, when the lease has ended.
+            failing_until: std::time::Instant::now() + Duration::from_millis(5200),
+        };
+        let request = ExecutionRequest::new("ns", "t", json!(1), SubmitOptions::default()).unwrap();
+        let id = backend.submit(request).await.unwrap().id;
+        let mut o = ExecutionSourceOptions::new("ns", "t");
+        o.lease_duration_s = 6.0;
+        o.heartbeat_interval_s = 2.0;
+        let source = ExecutionSource::new(backend, o).unwrap();
+        let mut deliveries = source.fetch(1).await.unwrap();
+        deliveries[0].start_processing().await.unwrap();
+        let cancel = deliveries[0].as_managed().unwrap().cancellation();
+        tokio::time::sleep(Duration::from_millis(7000)).await;
+        assert!(
+            !cancel.is_cancelled(),
+            "the handler was cancelled: its lease ran out while renewals were retried"
+        );
+        let stolen = inner
+            .claim("ns", &["t".into()], 1, Duration::from_secs(30), "thief")
+            .await
+            .unwrap();
+        assert!(stolen.is_empty(), "the lease was renewed in time");
+        deliveries[0].ack().await.unwrap();
+        let done = inner.get("ns", id).await.unwrap().unwrap();
+        assert_eq!(done.status, ExecutionStatus::Succeeded);
+    }
+}

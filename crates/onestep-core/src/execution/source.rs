@@ -1104,4 +1104,52 @@ mod tests {
         let done = inner.get("ns", id).await.unwrap().unwrap();
         assert_eq!(done.status, ExecutionStatus::Succeeded);
     }
+
+    /// The renewer's ticking task dies with the runtime that started it; a source used on from
+    /// another runtime starts a new one with the next lease it keeps, which renews every lease
+    /// the source holds (without the restart, both leases here expire and are claimed).
+    #[test]
+    fn a_renewer_whose_runtime_shut_down_is_started_again() {
+        let inner = MemoryExecutionBackend::new();
+        let mut o = ExecutionSourceOptions::new("ns", "t");
+        o.lease_duration_s = 1.2;
+        o.heartbeat_interval_s = 0.3;
+        let source = Arc::new(ExecutionSource::new(inner.clone(), o).unwrap());
+        let runtime = || {
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .enable_all()
+                .build()
+                .unwrap()
+        };
+        let submit_and_start = |rt: &tokio::runtime::Runtime| {
+            let (inner, source) = (inner.clone(), source.clone());
+            rt.block_on(async move {
+                let request =
+                    ExecutionRequest::new("ns", "t", json!(1), SubmitOptions::default()).unwrap();
+                inner.submit(request).await.unwrap();
+                let mut deliveries = source.fetch(1).await.unwrap();
+                deliveries[0].start_processing().await.unwrap();
+                deliveries.remove(0)
+            })
+        };
+        let first = runtime();
+        let old = submit_and_start(&first);
+        drop(first);
+        let second = runtime();
+        let new = submit_and_start(&second);
+        second.block_on(async {
+            tokio::time::sleep(Duration::from_millis(2000)).await;
+            let stolen = inner
+                .claim("ns", &["t".into()], 2, Duration::from_secs(30), "thief")
+                .await
+                .unwrap();
+            assert!(
+                stolen.is_empty(),
+                "leases went unrenewed after the first runtime shut down: {:?}",
+                stolen.iter().map(|l| l.execution.id).collect::<Vec<_>>()
+            );
+        });
+        drop((old, new));
+    }
 }

@@ -349,28 +349,20 @@ async fn drain_during_a_non_cancel_safe_fetch_releases_what_it_claimed() {
 async fn concurrency_is_never_exceeded() {
     let log = Log::default();
     let source = Arc::new(ScriptedSource::new((0..30).map(|n| json!(n)), &log));
-    let running = Arc::new(AtomicUsize::new(0));
-    let peak = Arc::new(AtomicUsize::new(0));
-    let (r, p) = (running.clone(), peak.clone());
+    let peak = Peak::default();
     let app = OneStepApp::builder("app")
-        .task(Task::new("t").source(source).concurrency(3).handler(
-            move |_ctx: TaskContext, _v: Value| {
-                let (r, p) = (r.clone(), p.clone());
-                async move {
-                    let now = r.fetch_add(1, Ordering::SeqCst) + 1;
-                    p.fetch_max(now, Ordering::SeqCst);
-                    tokio::time::sleep(Duration::from_millis(fastrand::u64(1..20))).await;
-                    r.fetch_sub(1, Ordering::SeqCst);
-                    Ok::<_, TaskError>(())
-                }
-            },
-        ))
+        .task(
+            Task::new("t")
+                .source(source)
+                .concurrency(3)
+                .handler(peak.handler(|| Duration::from_millis(fastrand::u64(1..20)))),
+        )
         .build()
         .unwrap();
     shutdown_after(&app, Duration::from_secs(5));
     app.serve().await.unwrap();
     assert_eq!(log.count("ack:"), 30);
-    assert_eq!(peak.load(Ordering::SeqCst), 3);
+    assert_eq!(peak.most(), 3);
 }
 
 /// Runs 20 deliveries whose acks take 1 s through a task of concurrency 2 with 10 ms handlers;
@@ -380,24 +372,13 @@ async fn slow_acks(frees_slot_before_ack: bool) -> (usize, usize) {
     let mut source = ScriptedSource::new((0..20).map(|n| json!(n)), &log);
     source.ack_delay = Duration::from_secs(1);
     source.frees_slot_before_ack = frees_slot_before_ack;
-    let running = Arc::new(AtomicUsize::new(0));
-    let peak = Arc::new(AtomicUsize::new(0));
-    let (r, p) = (running.clone(), peak.clone());
+    let peak = Peak::default();
     let app = OneStepApp::builder("app")
         .task(
             Task::new("t")
                 .source(Arc::new(source))
                 .concurrency(2)
-                .handler(move |_ctx: TaskContext, _v: Value| {
-                    let (r, p) = (r.clone(), p.clone());
-                    async move {
-                        let now = r.fetch_add(1, Ordering::SeqCst) + 1;
-                        p.fetch_max(now, Ordering::SeqCst);
-                        tokio::time::sleep(Duration::from_millis(10)).await;
-                        r.fetch_sub(1, Ordering::SeqCst);
-                        Ok::<_, TaskError>(())
-                    }
-                }),
+                .handler(peak.handler(|| Duration::from_millis(10))),
         )
         .build()
         .unwrap();
@@ -417,7 +398,7 @@ async fn slow_acks(frees_slot_before_ack: bool) -> (usize, usize) {
             acking -= 1;
         }
     }
-    (peak.load(Ordering::SeqCst), most)
+    (peak.most(), most)
 }
 
 /// A delivery that frees its slot before its ack (a tracked execution) lets the next handlers
@@ -446,39 +427,22 @@ async fn a_failed_ack_after_an_early_slot_release_runs_its_failure_path_in_a_slo
     let mut source = ScriptedSource::new((0..6).map(|n| json!(n)), &log);
     source.frees_slot_before_ack = true;
     source.ack_fails = true;
-    let running = Arc::new(AtomicUsize::new(0));
-    let peak = Arc::new(AtomicUsize::new(0));
-    let enter = {
-        let (r, p) = (running.clone(), peak.clone());
-        move || {
-            let now = r.fetch_add(1, Ordering::SeqCst) + 1;
-            p.fetch_max(now, Ordering::SeqCst);
-        }
-    };
-    let (handler_enter, hook_enter) = (enter.clone(), enter);
-    let (r1, r2) = (running.clone(), running.clone());
+    let peak = Peak::default();
+    let hook = peak.clone();
     let app = OneStepApp::builder("app")
         .task(
             Task::new("t")
                 .source(Arc::new(source))
                 .concurrency(1)
                 .on_failure(move |_ctx, _p, _f: FailureInfo| {
-                    hook_enter();
-                    let r = r2.clone();
+                    let hook = hook.clone();
                     async move {
+                        hook.enter();
                         tokio::time::sleep(Duration::from_millis(100)).await;
-                        r.fetch_sub(1, Ordering::SeqCst);
+                        hook.leave();
                     }
                 })
-                .handler(move |_ctx: TaskContext, _v: Value| {
-                    handler_enter();
-                    let r = r1.clone();
-                    async move {
-                        tokio::time::sleep(Duration::from_millis(10)).await;
-                        r.fetch_sub(1, Ordering::SeqCst);
-                        Ok::<_, TaskError>(())
-                    }
-                }),
+                .handler(peak.handler(|| Duration::from_millis(10))),
         )
         .build()
         .unwrap();
@@ -490,7 +454,7 @@ async fn a_failed_ack_after_an_early_slot_release_runs_its_failure_path_in_a_slo
         "every ack was tried and failed"
     );
     assert_eq!(
-        peak.load(Ordering::SeqCst),
+        peak.most(),
         1,
         "a failure hook never runs beside a handler at concurrency 1"
     );
@@ -503,34 +467,19 @@ async fn deliveries_beyond_what_was_asked_for_are_handed_back() {
     let log = Log::default();
     let mut source = ScriptedSource::new((0..12).map(|n| json!(n)), &log);
     source.over_deliver = 2;
-    let running = Arc::new(AtomicUsize::new(0));
-    let peak = Arc::new(AtomicUsize::new(0));
-    let (r, p) = (running.clone(), peak.clone());
+    let peak = Peak::default();
     let app = OneStepApp::builder("app")
         .task(
             Task::new("t")
                 .source(Arc::new(source))
                 .concurrency(2)
-                .handler(move |_ctx: TaskContext, _v: Value| {
-                    let (r, p) = (r.clone(), p.clone());
-                    async move {
-                        let now = r.fetch_add(1, Ordering::SeqCst) + 1;
-                        p.fetch_max(now, Ordering::SeqCst);
-                        tokio::time::sleep(Duration::from_millis(10)).await;
-                        r.fetch_sub(1, Ordering::SeqCst);
-                        Ok::<_, TaskError>(())
-                    }
-                }),
+                .handler(peak.handler(|| Duration::from_millis(10))),
         )
         .build()
         .unwrap();
     shutdown_after(&app, Duration::from_secs(5));
     app.serve().await.unwrap();
-    assert_eq!(
-        peak.load(Ordering::SeqCst),
-        2,
-        "the concurrency is never exceeded"
-    );
+    assert_eq!(peak.most(), 2, "the concurrency is never exceeded");
     assert!(
         log.count("release:") > 0,
         "the extra deliveries were handed back"

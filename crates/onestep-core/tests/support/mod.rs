@@ -290,3 +290,53 @@ pub async fn eventually(limit: Duration, mut cond: impl FnMut() -> bool) {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
+
+/// Counts how many handlers (or hooks) run at once, and the most that ever did.
+#[derive(Clone, Default)]
+pub struct Peak {
+    running: Arc<std::sync::atomic::AtomicUsize>,
+    most: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+/// A boxed handler future, as [`Peak::handler`] returns.
+pub type HandlerFuture = std::pin::Pin<
+    Box<dyn std::future::Future<Output = std::result::Result<(), onestep_core::TaskError>> + Send>,
+>;
+
+impl Peak {
+    /// One more is running.
+    pub fn enter(&self) {
+        use std::sync::atomic::Ordering::SeqCst;
+        let now = self.running.fetch_add(1, SeqCst) + 1;
+        self.most.fetch_max(now, SeqCst);
+    }
+
+    /// One fewer is running.
+    pub fn leave(&self) {
+        self.running
+            .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// The most that ran at once.
+    pub fn most(&self) -> usize {
+        self.most.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// A handler that runs for `pause()` and is counted while it does.
+    pub fn handler(
+        &self,
+        pause: impl Fn() -> Duration + Send + Sync + 'static,
+    ) -> impl Fn(onestep_core::TaskContext, Value) -> HandlerFuture + Send + Sync + 'static {
+        let peak = self.clone();
+        let pause = Arc::new(pause);
+        move |_ctx, _v| {
+            let (peak, pause) = (peak.clone(), pause.clone());
+            Box::pin(async move {
+                peak.enter();
+                tokio::time::sleep(pause()).await;
+                peak.leave();
+                Ok(())
+            })
+        }
+    }
+}

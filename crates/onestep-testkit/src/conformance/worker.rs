@@ -586,19 +586,31 @@ async fn count_status<B: ExecutionBackend>(b: &B, ids: &[Uuid], status: Executio
     n
 }
 
+/// `n` queued executions of `task` and source options with a claim batch of 10, a prefetch
+/// buffer of `prefetch` and a 5 s heartbeat interval (the prefetch cases).
+async fn prefetch_setup<F: BackendFactory>(
+    f: &F,
+    task: &str,
+    n: usize,
+    prefetch: usize,
+) -> (F::Backend, Vec<Uuid>, ExecutionSourceOptions) {
+    let (b, _) = backend(f).await;
+    let mut ids = Vec::new();
+    for i in 0..n {
+        ids.push(submit(&b, task, json!(i)).await.id);
+    }
+    let mut o = options(task);
+    o.batch_size = 10;
+    o.prefetch = prefetch;
+    o.heartbeat_interval_s = 5.0;
+    (b, ids, o)
+}
+
 /// A prefetch buffer claims ahead (at most a batch per claim), serves later fetches without a
 /// claim, hands back what is stale (older than a heartbeat interval) before claiming again, and
 /// hands back everything on `return_unstarted`.
 pub async fn source_prefetch_holds_claims_and_hands_them_back<F: BackendFactory>(f: &F) {
-    let (b, _) = backend(f).await;
-    let mut ids = Vec::new();
-    for n in 0..10 {
-        ids.push(submit(&b, "t", json!(n)).await.id);
-    }
-    let mut o = options("t");
-    o.batch_size = 10;
-    o.prefetch = 5;
-    o.heartbeat_interval_s = 5.0;
+    let (b, ids, mut o) = prefetch_setup(f, "t", 10, 5).await;
     let source = ExecutionSource::new(b.clone(), o.clone()).unwrap();
     assert_eq!(source.fetch(2).await.unwrap().len(), 2);
     assert_eq!(
@@ -635,15 +647,7 @@ pub async fn source_prefetch_holds_claims_and_hands_them_back<F: BackendFactory>
 /// A worker with a prefetch buffer finishes everything, and when it stops, what it claimed ahead
 /// and never started goes back to the queue (nothing is left `running`).
 pub async fn worker_with_prefetch_hands_back_its_buffer_at_shutdown<F: BackendFactory>(f: &F) {
-    let (b, _) = backend(f).await;
-    let mut ids = Vec::new();
-    for n in 0..20 {
-        ids.push(submit(&b, "slow", json!(n)).await.id);
-    }
-    let mut o = options("slow");
-    o.batch_size = 10;
-    o.prefetch = 8;
-    o.heartbeat_interval_s = 5.0;
+    let (b, ids, o) = prefetch_setup(f, "slow", 20, 8).await;
     let started = Arc::new(AtomicUsize::new(0));
     let counter = started.clone();
     let app = OneStepApp::builder("prefetching")

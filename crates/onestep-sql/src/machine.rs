@@ -343,6 +343,20 @@ fn one_statement_claim(template: &str, tasks: &str) -> String {
 /// claim and completion reads a page from disk. Time-ordered ids keep new rows, the ones a queue
 /// works on, together at the end (on PostgreSQL: in the primary-key index). Lease tokens stay
 /// random (v4): they are the fence, not a key.
+/// Whether no execution appears twice (a batch may then lock and write each row once).
+fn distinct_executions(ids: impl Iterator<Item = Uuid>) -> bool {
+    let mut seen = std::collections::HashSet::new();
+    ids.into_iter().all(|id| seen.insert(id))
+}
+
+/// Whether `attempt_id` is, among the `running` attempts a batch read, the running attempt of
+/// `execution_id` under `token`.
+fn attempt_runs(running: &[AttemptRow], execution_id: Uuid, attempt_id: Uuid, token: Uuid) -> bool {
+    running
+        .iter()
+        .any(|r| r.id == attempt_id && r.execution_id == execution_id && r.lease_token == token)
+}
+
 fn new_row_id() -> Uuid {
     Uuid::now_v7()
 }
@@ -1359,10 +1373,10 @@ impl<D: Dialect> LeasedExecutionBackend for SqlExecutionBackend<D> {
         leases: &[(Uuid, Uuid, Uuid)],
         lease_duration: Duration,
     ) -> ExecutionResult<Vec<ExecutionResult<HeartbeatResult>>> {
-        let mut ids: Vec<Uuid> = leases.iter().map(|l| l.0).collect();
-        ids.sort();
-        ids.dedup();
-        if leases.len() < 2 || ids.len() != leases.len() || lease_duration.is_zero() {
+        if leases.len() < 2
+            || !distinct_executions(leases.iter().map(|l| l.0))
+            || lease_duration.is_zero()
+        {
             let mut out = Vec::with_capacity(leases.len());
             for &(execution_id, attempt_id, token) in leases {
                 out.push(
@@ -1396,10 +1410,7 @@ impl<D: Dialect> LeasedExecutionBackend for SqlExecutionBackend<D> {
         &self,
         completions: Vec<(Uuid, Uuid, Uuid, ExecutionCompletion)>,
     ) -> ExecutionResult<Vec<ExecutionResult<Execution>>> {
-        let mut ids: Vec<Uuid> = completions.iter().map(|c| c.0).collect();
-        ids.sort();
-        ids.dedup();
-        if completions.len() < 2 || ids.len() != completions.len() {
+        if completions.len() < 2 || !distinct_executions(completions.iter().map(|c| c.0)) {
             // One completion, or the same execution twice: complete them one by one, in order.
             let mut out = Vec::with_capacity(completions.len());
             for (execution_id, attempt_id, token, completion) in completions {
@@ -1938,6 +1949,25 @@ impl<D: Dialect> SqlExecutionBackend<D> {
         (format!("{prefix}{}", D::render(&statement)), params)
     }
 
+    /// Locks the executions of a batch of (execution, attempt) pairs, in id order, and reads
+    /// those of their attempts still running: what batched heartbeats and completions decide on.
+    async fn lock_batch(
+        &self,
+        tx: &mut Tx<D>,
+        op: ConnectorOperation,
+        pairs: impl ExactSizeIterator<Item = (Uuid, Uuid)> + Clone,
+    ) -> ExecutionResult<(Vec<ExecutionRow>, Vec<AttemptRow>)> {
+        let (lock, execution_ids) = self.over_ids(sql::LOCK_MANY, pairs.clone().map(|p| p.0));
+        let (attempts, attempt_ids) = self.over_ids(sql::RUNNING_ATTEMPTS_MANY, pairs.map(|p| p.1));
+        let rows = D::fetch_executions(tx, &lock, execution_ids)
+            .await
+            .map_err(db::<D>(op))?;
+        let running = D::fetch_attempts(tx, &attempts, attempt_ids)
+            .await
+            .map_err(db::<D>(op))?;
+        Ok((rows, running))
+    }
+
     /// Renews distinct leases in one transaction: lock their executions (in id order) and read
     /// their running attempts, decide each lease with the rules of
     /// [`heartbeat`](LeasedExecutionBackend::heartbeat), renew the held ones with one UPDATE per
@@ -1948,19 +1978,13 @@ impl<D: Dialect> SqlExecutionBackend<D> {
         lease_duration: Duration,
     ) -> ExecutionResult<Vec<ExecutionResult<HeartbeatResult>>> {
         let op = ConnectorOperation::Heartbeat;
-        let (lock, execution_ids) = self.over_ids(sql::LOCK_MANY, leases.iter().map(|l| l.0));
-        let (attempts, attempt_ids) =
-            self.over_ids(sql::RUNNING_ATTEMPTS_MANY, leases.iter().map(|l| l.1));
         let mut tx = self.begin(op).await?;
         let out: ExecutionResult<_> = async {
             let now = self.now(&mut tx, op).await?;
             let expires = later(now, lease_duration);
-            let rows = D::fetch_executions(&mut tx, &lock, execution_ids)
-                .await
-                .map_err(db::<D>(op))?;
-            let running = D::fetch_attempts(&mut tx, &attempts, attempt_ids)
-                .await
-                .map_err(db::<D>(op))?;
+            let (rows, running) = self
+                .lock_batch(&mut tx, op, leases.iter().map(|l| (l.0, l.1)))
+                .await?;
             let mut held = Vec::with_capacity(leases.len());
             let results: Vec<ExecutionResult<HeartbeatResult>> = leases
                 .iter()
@@ -1974,13 +1998,8 @@ impl<D: Dialect> SqlExecutionBackend<D> {
                             )
                             && r.lease_expires_at.is_some_and(|e| e > now)
                     });
-                    let attempt = running.iter().any(|r| {
-                        r.id == attempt_id
-                            && r.execution_id == execution_id
-                            && r.lease_token == token
-                    });
                     match row {
-                        Some(row) if attempt => {
+                        Some(row) if attempt_runs(&running, execution_id, attempt_id, token) => {
                             held.push((execution_id, attempt_id));
                             Ok(HeartbeatResult {
                                 lease_expires_at: expires,
@@ -2034,18 +2053,10 @@ impl<D: Dialect> SqlExecutionBackend<D> {
             D::quote(&self.inner.tables.executions),
             D::quote(&self.inner.tables.attempts),
         );
-        let (lock, execution_ids) = self.over_ids(sql::LOCK_MANY, completions.iter().map(|c| c.0));
-        let (attempts, attempt_ids) =
-            self.over_ids(sql::RUNNING_ATTEMPTS_MANY, completions.iter().map(|c| c.1));
         let mut tx = self.begin(op).await?;
         let out: ExecutionResult<_> = async {
             let now = self.now(&mut tx, op).await?;
-            let rows = D::fetch_executions(&mut tx, &lock, execution_ids)
-                .await
-                .map_err(db::<D>(op))?;
-            let running = D::fetch_attempts(&mut tx, &attempts, attempt_ids)
-                .await
-                .map_err(db::<D>(op))?;
+            let (rows, running) = self.lock_batch(&mut tx, op, completions.iter().map(|c| (c.0, c.1))).await?;
             let mut results: Vec<Option<ExecutionResult<Execution>>> = Vec::with_capacity(completions.len());
             // Accepted writes: (index, row, status, result, error, available_at, finished_at).
             let mut accepted = Vec::new();
@@ -2075,8 +2086,7 @@ impl<D: Dialect> SqlExecutionBackend<D> {
                         }
                         return Err(ExecutionError::lease_lost());
                     }
-                    let attempt_ok = running.iter().any(|r| r.id == *attempt_id && r.execution_id == *execution_id && r.lease_token == *token);
-                    if !attempt_ok {
+                    if !attempt_runs(&running, *execution_id, *attempt_id, *token) {
                         return Err(ExecutionError::LeaseLost("execution attempt is no longer valid".into()));
                     }
                     let (available_at, finished_at) = match &completion {

@@ -115,6 +115,11 @@ const COMPLETE_MANY: [&str; 2] = [
      WHERE x.id = v.id AND x.status = 'running'",
 ];
 
+/// One array parameter of a fixed-shape batch statement: `f` of each item.
+fn column<I: Copy, T>(items: &[I], f: impl Fn(I) -> T) -> Vec<T> {
+    items.iter().map(|&item| f(item)).collect()
+}
+
 fn bind(
     q: Query<'_, sqlx::Postgres, PgArguments>,
     param: Param,
@@ -237,12 +242,6 @@ impl Dialect for Postgres {
         now: OffsetDateTime,
         writes: &[CompletionWrite<'_>],
     ) -> Result<(u64, u64), sqlx::Error> {
-        fn column<'w, T>(
-            writes: &[CompletionWrite<'w>],
-            f: impl Fn(&CompletionWrite<'w>) -> T,
-        ) -> Vec<T> {
-            writes.iter().map(f).collect()
-        }
         use sqlx::types::Json;
         let executions = sqlx::query(&sql[0])
             .persistent(crate::param::is_stable(&sql[0]))
@@ -273,9 +272,6 @@ impl Dialect for Postgres {
         sql: &str,
         rows: &[&ExecutionRow],
     ) -> Result<u64, sqlx::Error> {
-        fn column<'r, T>(rows: &[&'r ExecutionRow], f: impl Fn(&'r ExecutionRow) -> T) -> Vec<T> {
-            rows.iter().map(|r| f(r)).collect()
-        }
         use sqlx::types::Json;
         let done = sqlx::query(sql)
             .bind(column(rows, |r| r.id))

@@ -637,10 +637,7 @@ fn renewals(m: &Mutex<Renewals>) -> std::sync::MutexGuard<'_, Renewals> {
 /// lasts. On a lost lease or a cancel request it fires that delivery's cancellation token and
 /// stops renewing it.
 struct Heartbeater<B> {
-    backend: B,
-    renewals: Arc<Mutex<Renewals>>,
-    interval: Duration,
-    lease_duration: Duration,
+    renewer: Renewer<B>,
     /// The ticking task, (re)started by [`Heartbeater::keep`] when it is not running.
     task: Mutex<Option<AbortOnDropHandle<()>>>,
 }
@@ -648,18 +645,20 @@ struct Heartbeater<B> {
 impl<B: LeasedExecutionBackend + Clone + 'static> Heartbeater<B> {
     fn new(backend: B, interval: Duration, lease_duration: Duration) -> Arc<Self> {
         Arc::new(Self {
-            backend,
-            renewals: Arc::new(Mutex::new(Renewals::new())),
-            interval,
-            lease_duration,
+            renewer: Renewer {
+                backend,
+                renewals: Arc::new(Mutex::new(Renewals::new())),
+                interval,
+                lease_duration,
+            },
             task: Mutex::new(None),
         })
     }
 
     /// Starts renewing a lease: first between half an interval and one interval from now.
     fn keep(&self, ids: (Uuid, Uuid, Uuid), lease: Arc<LeaseState>) {
-        let due = tokio::time::Instant::now() + self.interval;
-        renewals(&self.renewals).insert(
+        let due = tokio::time::Instant::now() + self.renewer.interval;
+        renewals(&self.renewer.renewals).insert(
             ids.1,
             Renewal {
                 ids,
@@ -673,12 +672,9 @@ impl<B: LeasedExecutionBackend + Clone + 'static> Heartbeater<B> {
         // runtime shut down), start another here.
         let mut task = self.task.lock().unwrap_or_else(|p| p.into_inner());
         if task.as_ref().is_none_or(|t| t.is_finished()) {
-            *task = Some(AbortOnDropHandle::new(tokio::spawn(renew_loop(Renewer {
-                backend: self.backend.clone(),
-                renewals: self.renewals.clone(),
-                interval: self.interval,
-                lease_duration: self.lease_duration,
-            }))));
+            *task = Some(AbortOnDropHandle::new(tokio::spawn(renew_loop(
+                self.renewer.clone(),
+            ))));
         }
     }
 }
@@ -686,7 +682,7 @@ impl<B: LeasedExecutionBackend + Clone + 'static> Heartbeater<B> {
 impl<B> Heartbeater<B> {
     /// Stops renewing the lease of an attempt.
     fn stop(&self, attempt_id: Uuid) {
-        renewals(&self.renewals).remove(&attempt_id);
+        renewals(&self.renewer.renewals).remove(&attempt_id);
     }
 }
 

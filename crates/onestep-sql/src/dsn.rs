@@ -113,11 +113,11 @@ fn known_postgres_parameters(rest: &str) -> String {
         .split('&')
         .filter(|pair| {
             let key = pair.split('=').next().unwrap_or_default();
-            if key.is_empty() || POSTGRES_PARAMETERS.contains(&key) {
-                return !key.is_empty();
+            let known = POSTGRES_PARAMETERS.contains(&key);
+            if !known && !key.is_empty() {
+                tracing::warn!(parameter = %key, "ignoring a PostgreSQL dsn parameter the driver does not read (its value is not logged)");
             }
-            tracing::warn!(parameter = %key, "ignoring a PostgreSQL dsn parameter the driver does not read (its value is not logged)");
-            false
+            known
         })
         .collect();
     if kept.is_empty() {

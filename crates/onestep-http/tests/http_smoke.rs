@@ -44,6 +44,11 @@ async fn start_api<B: onestep_core::execution::ExecutionBackend + Clone + 'stati
             m
         })
         .router();
+    serve_router(router).await
+}
+
+/// Serves `router` on a free local port until the test ends; returns its address.
+async fn serve_router(router: axum::Router) -> String {
     let listener = onestep_http::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap().to_string();
     tokio::spawn(onestep_http::serve(
@@ -452,13 +457,7 @@ async fn a_body_that_stalls_gets_408_and_writes_nothing() {
     let router = ExecutionApi::new(ExecutionClient::new(backend, NS).unwrap())
         .body_timeout(Duration::from_millis(200))
         .router();
-    let listener = onestep_http::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap().to_string();
-    tokio::spawn(onestep_http::serve(
-        listener,
-        router,
-        std::future::pending(),
-    ));
+    let addr = serve_router(router).await;
     let mut s = tokio::net::TcpStream::connect(&addr).await.unwrap();
     s.write_all(
         b"POST /v1/executions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
@@ -497,13 +496,7 @@ async fn a_bearer_token_guards_the_api_but_not_health() {
     let client =
         ExecutionClient::new(onestep_core::execution::MemoryExecutionBackend::new(), NS).unwrap();
     let router = ExecutionApi::new(client).bearer_token("s3cret").router();
-    let listener = onestep_http::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap().to_string();
-    tokio::spawn(onestep_http::serve(
-        listener,
-        router,
-        std::future::pending(),
-    ));
+    let addr = serve_router(router).await;
     assert_eq!(get(&addr, "/v1/executions").await.status, 401);
     let wrong = request(
         &addr,

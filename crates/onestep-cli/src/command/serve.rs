@@ -38,17 +38,15 @@ pub struct ServeArgs {
     body_timeout_s: std::time::Duration,
 }
 
-/// Parses `--body-timeout-s`: a number of seconds above 0.
+/// Parses `--body-timeout-s`: a number of seconds above 0 that fits a duration.
 fn positive_seconds(text: &str) -> Result<std::time::Duration, String> {
-    let seconds: f64 = text
-        .trim()
-        .parse()
-        .map_err(|_| format!("expected a number of seconds > 0, got '{text}'"))?;
+    let expected = || format!("expected a number of seconds > 0, got '{}'", text.trim());
+    let seconds: f64 = text.trim().parse().map_err(|_| expected())?;
     if seconds.is_nan() || seconds <= 0.0 {
-        return Err(format!("expected a number of seconds > 0, got {seconds}"));
+        return Err(expected());
     }
     std::time::Duration::try_from_secs_f64(seconds)
-        .map_err(|_| format!("expected a number of seconds > 0, got {seconds}"))
+        .map_err(|_| format!("{} seconds is too long for a timeout", text.trim()))
 }
 
 async fn serve<D: Dialect>(args: &ServeArgs) -> anyhow::Result<()> {
@@ -106,6 +104,27 @@ pub async fn run(args: ServeArgs) -> u8 {
         Err(e) => {
             eprintln!("onestep serve: {e}");
             1
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::positive_seconds;
+    use std::time::Duration;
+
+    #[test]
+    fn body_timeout_accepts_positive_seconds_and_names_what_it_got_otherwise() {
+        assert_eq!(positive_seconds("1.5"), Ok(Duration::from_millis(1500)));
+        assert_eq!(positive_seconds(" 30 "), Ok(Duration::from_secs(30)));
+        for (given, message) in [
+            ("0", "expected a number of seconds > 0, got '0'"),
+            ("-2", "expected a number of seconds > 0, got '-2'"),
+            ("NaN", "expected a number of seconds > 0, got 'NaN'"),
+            ("abc", "expected a number of seconds > 0, got 'abc'"),
+            ("1e300", "1e300 seconds is too long for a timeout"),
+        ] {
+            assert_eq!(positive_seconds(given), Err(message.to_string()), "{given}");
         }
     }
 }

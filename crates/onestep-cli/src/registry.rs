@@ -133,7 +133,7 @@ impl Registry {
         let erased: HandlerFn = Arc::new(move |ctx, body, params| {
             let f = f.clone();
             Box::pin(async move {
-                let input: I = serde_json::from_value(body).map_err(|e| {
+                let input: I = onestep_core::execution::codec::from_value(&body).map_err(|e| {
                     TaskError::new(
                         "InvalidInput",
                         format!("task input does not match the handler's input type: {e}"),

@@ -377,9 +377,14 @@ impl Task {
 
     /// The handler: `async fn(ctx, input: I) -> Result<O, E>`.
     ///
-    /// The envelope body is deserialized into `I`; a body that does not fit is a failure of kind
-    /// `error` at stage `handler` (type `InvalidInput`), handled like any other failure. The
-    /// returned `O` is serialized to JSON; `()` and `None` mean "no result" (nothing is emitted).
+    /// The envelope body is deserialized into `I` with [`codec::from_value`], so Python tuples,
+    /// sets, `mapping`s and named tuples of a tracked execution's payload read into the Rust
+    /// types that ask for them, and an `I` of `serde_json::Value` gets the lossless view. A body
+    /// that does not fit is a failure of kind `error` at stage `handler` (type `InvalidInput`),
+    /// handled like any other failure. The returned `O` is serialized to JSON; `()` and `None`
+    /// mean "no result" (nothing is emitted).
+    ///
+    /// [`codec::from_value`]: crate::execution::codec::from_value
     pub fn handler<I, O, E, F, Fut>(mut self, handler: F) -> Self
     where
         I: DeserializeOwned + Send + 'static,
@@ -392,7 +397,7 @@ impl Task {
         self.handler = Some(Arc::new(move |ctx: TaskContext, body: Value| {
             let handler = handler.clone();
             Box::pin(async move {
-                let input: I = serde_json::from_value(body).map_err(|e| {
+                let input: I = crate::execution::codec::from_value(&body).map_err(|e| {
                     TaskError::new(
                         "InvalidInput",
                         format!("task input does not match the handler's input type: {e}"),

@@ -12,6 +12,7 @@
 
 use base64::Engine as _;
 use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
+use onestep_core::execution::canonical::canonical_json;
 use onestep_core::execution::codec::{
     CodecError, TAG, bytes_from_tag, bytes_tag, datetime_from_tag, datetime_tag,
     datetime_value_isoformat, decimal_from_tag, decimal_tag, decode_value, encode_value,
@@ -46,6 +47,9 @@ fn number() -> BoxedStrategy<Value> {
             Just(f64::MAX),
         ]
         .prop_filter_map("finite", |f| Number::from_f64(f).map(Value::Number)),
+        // Integers beyond 64 bits and literals Python spells otherwise (`-0`, `1E2`, `1.50`).
+        "-?[1-9][0-9]{19,60}|-0|[1-9]E[0-9]|[0-9]\\.[0-9]{1,3}0|[1-9][0-9]{0,3}e-[0-9]{1,2}"
+            .prop_map(|text| Value::Number(text.parse().expect("a JSON number"))),
     ]
     .boxed()
 }
@@ -314,10 +318,8 @@ fn depth(value: &Value) -> usize {
 }
 
 /// Repeats [`cycle`] until the value stops changing, which must happen within `depth + 2`
-/// rounds. A round can change a value: scalar tags get their canonical spelling, and because
-/// the Rust view turns tuples into arrays, a decoded `mapping` whose only key is `"$onestep"`
-/// can look like a valid tag the next time round (documented in the codec). It must not
-/// oscillate.
+/// rounds. A round can change a value: scalar tags get their canonical spelling, numbers
+/// Python's, and an object with a `"$onestep"` key becomes a `mapping`. It must not oscillate.
 fn settle(value: &Value) -> Result<Value, TestCaseError> {
     let mut current = cycle(value)?;
     for _ in 0..=depth(value) + 1 {
@@ -353,7 +355,17 @@ proptest! {
     }
 
     #[test]
-    fn values_without_valid_tags_round_trip_exactly(value in escaped_view()) {
+    fn escaped_values_decode_to_what_was_stored_and_store_again_unchanged(value in escaped_view()) {
+        let stored = encode_value(&value).expect("encodes");
+        let view = cycle(&value)?;
+        prop_assert_eq!(canonical_json(&view), canonical_json(&stored));
+        let again = encode_value(&view).expect("encodes");
+        prop_assert_eq!(serde_json::to_string(&again).ok(), serde_json::to_string(&stored).ok());
+    }
+
+    #[test]
+    fn plain_json_round_trips_exactly(value in plain_json()) {
+        prop_assert!(!has_tag_key(&value));
         prop_assert_eq!(cycle(&value)?, value);
     }
 
@@ -444,6 +456,27 @@ proptest! {
         }
         prop_assert_eq!(bytes_from_tag(&bytes_tag(&raw)), Ok(raw));
     }
+}
+
+fn has_tag_key(value: &Value) -> bool {
+    match value {
+        Value::Array(items) => items.iter().any(has_tag_key),
+        Value::Object(map) => map.contains_key(TAG) || map.values().any(has_tag_key),
+        _ => false,
+    }
+}
+
+/// JSON without any `"$onestep"` key, numbers spelled as the Rust view spells them.
+fn plain_json() -> impl Strategy<Value = Value> {
+    leaf()
+        .prop_map(|leaf| decode_value(&leaf).unwrap_or(Value::Null))
+        .prop_recursive(5, 64, 5, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..5).prop_map(Value::Array),
+                prop::collection::vec((key().prop_filter("no tag key", |k| k != TAG), inner), 0..5)
+                    .prop_map(|entries| Value::Object(entries.into_iter().collect())),
+            ]
+        })
 }
 
 /// Rust views that contain no valid tag: plain JSON, canonical scalar tags (which decode to

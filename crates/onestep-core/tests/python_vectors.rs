@@ -132,13 +132,16 @@ fn encode_value_reproduces_python_encoding_from_the_rust_view() {
 }
 
 #[test]
-fn decode_value_accepts_every_python_encoding_and_returns_the_rust_view() {
+fn decode_value_accepts_every_python_encoding_and_loses_nothing() {
     let mut report = Report::new("decode");
     for case in section("encode") {
         let got = outcome(decode_value(&case["encoded"]));
-        let expected = case["rust_view"].clone();
-        report.check(got.as_ref() == Ok(&expected), || {
-            format!("{}: got {got:?}, expected {expected}", case["python"])
+        let canonical = got.as_ref().map(canonical_json);
+        report.check(canonical.as_deref() == Ok(text(&case["canonical"])), || {
+            format!(
+                "{}: got {got:?}, expected {}",
+                case["python"], case["canonical"]
+            )
         });
     }
     report.finish();
@@ -318,64 +321,14 @@ fn cursor_decoding_accepts_and_rejects_exactly_like_python() {
 }
 
 #[test]
-fn canonical_json_of_many_floats_stays_fast() {
-    let values: Vec<Value> = section("floats")
-        .iter()
-        .map(|case| Value::from(f64::from_bits(float_case(case).0)))
-        .collect();
-    let payload = Value::Array(values);
-    let start = std::time::Instant::now();
-    let text = canonical_json(&payload);
-    let elapsed = start.elapsed();
-    println!(
-        "{} floats in {elapsed:?}",
-        payload.as_array().map_or(0, Vec::len)
-    );
-    assert!(text.len() > 1000);
-    assert!(
-        elapsed < std::time::Duration::from_secs(2),
-        "took {elapsed:?}"
-    );
-}
-
-/// Whether `encoded` holds a tag the Rust view cannot reproduce byte for
-/// byte: tuple/set/frozenset (viewed as arrays) or a one-item mapping (its
-/// view may look like a tag).
-fn has_lossy_tags(encoded: &Value) -> bool {
-    match encoded {
-        Value::Array(items) => items.iter().any(has_lossy_tags),
-        Value::Object(map) => {
-            if let (1, Some(Value::Object(payload))) = (map.len(), map.get("$onestep")) {
-                let lossy = match payload.get("type").and_then(Value::as_str) {
-                    Some("tuple" | "set" | "frozenset") => true,
-                    Some("mapping") => payload
-                        .get("items")
-                        .and_then(Value::as_array)
-                        .is_some_and(|items| items.len() == 1),
-                    _ => false,
-                };
-                lossy || payload.values().any(has_lossy_tags)
-            } else {
-                map.values().any(has_lossy_tags)
-            }
-        }
-        _ => false,
-    }
-}
-
-#[test]
-fn re_encoding_the_rust_view_gives_python_bytes_unless_containers_were_flattened() {
+fn decoding_then_encoding_gives_pythons_encoding_for_every_value() {
     let mut report = Report::new("re-encode");
     for case in section("encode") {
-        if has_lossy_tags(&case["encoded"]) {
-            continue;
-        }
-        let reencoded = encode_value(&case["rust_view"])
-            .map(|value| canonical_json(&value))
+        let again = decode_value(&case["encoded"])
+            .and_then(|view| encode_value(&view))
             .map_err(|e| e.to_string());
-        let expected = text(&case["canonical"]).to_owned();
-        report.check(reencoded.as_ref() == Ok(&expected), || {
-            format!("{}: {reencoded:?}", case["python"])
+        report.check(again.as_ref() == Ok(&case["encoded"]), || {
+            format!("{}: {again:?}", case["python"])
         });
     }
     report.finish();

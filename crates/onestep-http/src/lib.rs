@@ -65,8 +65,7 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use onestep_core::execution::{
-    ExecutionBackend, ExecutionClient, ExecutionError, ExecutionStatus, SubmitOptions,
-    client::parse_id, stored,
+    ExecutionBackend, ExecutionClient, ExecutionStatus, SubmitOptions, client::parse_id, stored,
 };
 use serde_json::{Map, Value, json};
 use time::OffsetDateTime;
@@ -319,15 +318,14 @@ fn no_nul_text(field: &str, text: &str) -> Result<(), ApiError> {
     Ok(stored::reject_nul(field, text)?)
 }
 
-/// Checks a payload or metadata value with the core's storage rules: no U+0000 anywhere, and not
-/// nested deeper than [`MAX_STORED_DEPTH`] once encoded (an object with a `"$onestep"` key is
-/// stored 3 levels deeper). The client checks again; checking here keeps the API's error order.
-fn check_stored_value(field: &str, value: &Value) -> Result<(), ApiError> {
-    match stored::encode_storable(field, value) {
-        // An unencodable value is left to the client, which reports it.
-        Ok(_) | Err(ExecutionError::Encoding(_)) => Ok(()),
-        Err(other) => Err(other.into()),
-    }
+/// Encodes a payload or metadata value of a request body as the reference's API stores it:
+/// plain JSON, so every object with a `"$onestep"` key is a `mapping` (never a tag), numbers as
+/// Python reads them (integers of any size kept). Checks the core's storage rules on the way: no
+/// U+0000 anywhere, not nested deeper than [`MAX_STORED_DEPTH`] once encoded (an object with a
+/// `"$onestep"` key is stored 3 levels deeper), no number Python cannot store. Checking here
+/// keeps the API's error order; the client's own encoding then changes nothing.
+fn stored_value(field: &str, value: &Value) -> Result<Value, ApiError> {
+    Ok(stored::encode_plain_storable(field, value)?)
 }
 
 fn parse_json(bytes: &[u8]) -> Result<Value, ApiError> {
@@ -414,7 +412,7 @@ async fn submit<B: ExecutionBackend + Clone + 'static>(
             "payload is required (use null for none)",
         ));
     };
-    check_stored_value("payload", &payload)?;
+    let payload = stored_value("payload", &payload)?;
     let mut metadata = match body.remove("metadata") {
         None | Some(Value::Null) => Map::new(),
         Some(Value::Object(m)) => m,
@@ -429,10 +427,23 @@ async fn submit<B: ExecutionBackend + Clone + 'static>(
                 .filter(|(k, _)| s.owned_keys.contains(k) || s.owned_keys.is_empty()),
         );
     }
-    check_stored_value("metadata", &Value::Object(metadata.clone()))?;
+    // An object stays an object when encoded (one with a `"$onestep"` key becomes a `mapping`,
+    // which Python reads back as a dict).
+    let Value::Object(metadata) = stored_value("metadata", &Value::Object(metadata))? else {
+        return Err(ApiError::unprocessable("metadata must be a JSON object"));
+    };
     let delay_s = match body.remove("delay_s") {
         None | Some(Value::Null) => None,
-        Some(Value::Number(n)) => n.as_f64(),
+        Some(Value::Number(n)) => match n.as_f64() {
+            Some(delay) => Some(delay),
+            // `as_f64` is `None` only for a literal beyond the f64 range.
+            None => {
+                return Err(ApiError::unprocessable(format!(
+                    "delay_s must be a finite number >= 0, got {}",
+                    quoted(n.as_str())
+                )));
+            }
+        },
         Some(_) => {
             return Err(ApiError::unprocessable(
                 "delay_s must be a number of seconds",

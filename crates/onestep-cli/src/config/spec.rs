@@ -518,7 +518,7 @@ fn app_spec(root: &Value, registry: &Registry, c: &mut Checker<'_>) -> Option<Ap
             };
             let type_name = normalize_type(&type_raw);
             let mut rest = fields.clone();
-            rest.remove("type");
+            rest.shift_remove("type");
             match registry.resource_type(&type_name) {
                 None => c.problem(
                     &child(&path, "type"),

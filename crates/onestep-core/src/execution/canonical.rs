@@ -8,16 +8,13 @@
 //! * every character outside `0x20..=0x7E` is escaped; `\b \f \n \r \t`
 //!   use their short forms, everything else (including DEL, `0x7F`) becomes
 //!   lowercase `\uXXXX`, astral characters as a surrogate pair;
-//! * integers print as-is; floats print like Python's `float.__repr__`
-//!   (shortest round-trip digits, `1e+16` / `1e-05` scientific form outside
+//! * numbers print as Python's `json.dumps` prints what `json.loads` read from
+//!   them: an integer literal of any size as its digits (`-0` as `0`), a
+//!   literal with `.`, `e` or `E` like Python's `float.__repr__` (shortest
+//!   round-trip digits, `1e+16` / `1e-05` scientific form outside
 //!   `1e-4 <= |x| < 1e16`, `.0` for integral values, `-0.0`).
-//!
-//! Limitation: `serde_json::Value` stores integers beyond the `i64`/`u64`
-//! range as floats (and parses the text `-0` as the float `-0.0`), so such
-//! values print differently from Python, which keeps arbitrary-precision
-//! integers. Enabling serde_json's `arbitrary_precision` feature anywhere in
-//! the build would also change how numbers are classified here.
 
+use super::codec::number::{PyNumber, classify};
 use serde_json::Value;
 use std::fmt::Write as _;
 
@@ -202,18 +199,10 @@ fn write_value(out: &mut String, value: &Value) {
         Value::Null => out.push_str("null"),
         Value::Bool(true) => out.push_str("true"),
         Value::Bool(false) => out.push_str("false"),
-        Value::Number(number) => {
-            if let Some(unsigned) = number.as_u64() {
-                let _ = write!(out, "{unsigned}");
-            } else if let Some(signed) = number.as_i64() {
-                let _ = write!(out, "{signed}");
-            } else if let Some(float) = number.as_f64() {
-                out.push_str(&python_float_repr(float));
-            } else {
-                // Only reachable with serde_json's arbitrary_precision.
-                out.push_str(&number.to_string());
-            }
-        }
+        Value::Number(number) => match classify(number) {
+            PyNumber::Int(digits) => out.push_str(&digits),
+            PyNumber::Float(float) => out.push_str(&python_float_repr(float)),
+        },
         Value::String(text) => write_string(out, text),
         Value::Array(items) => {
             out.push('[');

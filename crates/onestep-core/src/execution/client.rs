@@ -176,7 +176,9 @@ impl<B: ExecutionBackend> ExecutionClient<B> {
             .await
     }
 
-    /// The result of a succeeded execution, deserialized into `T`; never waits.
+    /// The result of a succeeded execution, deserialized into `T` with
+    /// [`codec::from_value`](super::codec::from_value) (Python tuples and sets read into `Vec`s
+    /// and sets, a `Value` keeps every tag); never waits.
     ///
     /// Errors: NotFound, NotReady (queued, running, retrying, cancel_requested), Failed,
     /// Cancelled, Expired; Encoding when the stored result does not fit `T`. A succeeded
@@ -184,7 +186,7 @@ impl<B: ExecutionBackend> ExecutionClient<B> {
     pub async fn result<T: DeserializeOwned>(&self, id: Uuid) -> ExecutionResult<T> {
         let execution = self.get(id).await?.ok_or(ExecutionError::NotFound(id))?;
         let value = outcome(execution)?;
-        serde_json::from_value(value).map_err(|e| {
+        super::codec::from_value(&value).map_err(|e| {
             ExecutionError::Encoding(format!("cannot decode the result of execution {id}: {e}"))
         })
     }

@@ -6,7 +6,7 @@ use time::{OffsetDateTime, UtcOffset};
 use uuid::Uuid;
 
 use super::canonical::canonical_size;
-use super::codec::{TAG, decode_value, encode_value};
+use super::codec::{CodecError, TAG, decode_value, encode_plain_json, encode_value};
 use super::cursor::encode_cursor;
 use super::digest::{OriginalIso, submission_digest};
 use super::error::{ExecutionError, ExecutionResult};
@@ -155,6 +155,29 @@ fn too_deep(field: &str, depth: &str) -> ExecutionError {
 /// assert!(encode_storable("result", &deep).unwrap_err().to_string().starts_with("result is nested 32 levels"));
 /// ```
 pub fn encode_storable(field: &str, value: &Value) -> ExecutionResult<Value> {
+    storable(field, value, encode_value)
+}
+
+/// [`encode_storable`] for plain JSON ([`encode_plain_json`]): every object with a `"$onestep"`
+/// key is stored as a `mapping`, as Python stores what `json.loads` gives. For request bodies
+/// of HTTP APIs, which the reference's API receives as plain JSON too.
+///
+/// ```
+/// use onestep_core::execution::stored::encode_plain_storable;
+/// use serde_json::json;
+///
+/// let stored = encode_plain_storable("payload", &json!({"$onestep": {"type": "tuple", "values": []}})).unwrap();
+/// assert_eq!(stored["$onestep"]["type"], "mapping");
+/// ```
+pub fn encode_plain_storable(field: &str, value: &Value) -> ExecutionResult<Value> {
+    storable(field, value, encode_plain_json)
+}
+
+fn storable(
+    field: &str,
+    value: &Value,
+    encode: fn(&Value) -> Result<Value, CodecError>,
+) -> ExecutionResult<Value> {
     let (mut nul, mut tagged) = (false, false);
     let depth = walk(value, |text, key| {
         nul |= text.contains('\0');
@@ -169,7 +192,7 @@ pub fn encode_storable(field: &str, value: &Value) -> ExecutionResult<Value> {
     if depth > MEASURED_DEPTH {
         return Err(too_deep(field, &format!("at least {depth}")));
     }
-    let encoded = encode_value(value)
+    let encoded = encode(value)
         .map_err(|e| ExecutionError::Encoding(format!("cannot encode execution {field}: {e}")))?;
     // Only a `"$onestep"` key makes the codec add levels.
     let stored = if tagged {
@@ -181,6 +204,26 @@ pub fn encode_storable(field: &str, value: &Value) -> ExecutionResult<Value> {
         return Err(too_deep(field, &stored.to_string()));
     }
     Ok(encoded)
+}
+
+/// Whether the dict `metadata` stands for has `key`: one of the map's keys, or of its items when
+/// the map is a `mapping` tag (the view of a dict that has a `"$onestep"` key).
+fn has_key(metadata: &Map<String, Value>, key: &str) -> bool {
+    if metadata.contains_key(key) {
+        return true;
+    }
+    let items = match metadata.get(TAG) {
+        Some(Value::Object(payload))
+            if metadata.len() == 1 && payload.get("type") == Some(&Value::from("mapping")) =>
+        {
+            payload.get("items").and_then(Value::as_array)
+        }
+        _ => None,
+    };
+    items
+        .into_iter()
+        .flatten()
+        .any(|item| item.get(0).and_then(Value::as_str) == Some(key))
 }
 
 /// A submission ready to store: encoded values and the idempotency digest.
@@ -203,7 +246,7 @@ pub fn encode_submission(
     limits: &ExecutionLimits,
 ) -> ExecutionResult<EncodedSubmission> {
     request.validate()?;
-    if request.metadata.contains_key(RESERVED_METADATA_KEY) {
+    if has_key(&request.metadata, RESERVED_METADATA_KEY) {
         return Err(ExecutionError::invalid(
             "metadata",
             format!("key '{RESERVED_METADATA_KEY}' is reserved"),

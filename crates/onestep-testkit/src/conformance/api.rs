@@ -125,7 +125,9 @@ pub async fn submit_rejects_the_reserved_metadata_key<F: BackendFactory>(f: &F) 
     );
 }
 
-/// Tagged values (datetime, uuid, decimal, bytes, mappings with a `$onestep` key) survive the store.
+/// Tagged values (datetime, uuid, decimal, bytes, tuples, sets, mappings with a `$onestep` key,
+/// integers beyond 64 bits) survive the store unchanged, and an object with a `$onestep` key is
+/// stored and read back as the `mapping` Python makes of it, items in their order.
 pub async fn tagged_values_round_trip_through_the_store<F: BackendFactory>(f: &F) {
     let (b, _) = backend(f).await;
     let payload = json!({
@@ -136,6 +138,10 @@ pub async fn tagged_values_round_trip_through_the_store<F: BackendFactory>(f: &F
         "unicode": "naïve ☃ 𝄞",
         "float": 0.1,
         "big": 9007199254740993_u64,
+        "huge": 100000000000000000000000000001_u128,
+        "pair": {"$onestep": {"type": "tuple", "values": [1, "two"]}},
+        "set": {"$onestep": {"type": "frozenset", "values": ["a", "b"]}},
+        "mapping": {"$onestep": {"type": "mapping", "items": [["z", 1], ["$onestep", 2], ["a", 3]]}},
     });
     let submitted = b
         .submit(request("t", payload.clone(), SubmitOptions::default()))
@@ -143,14 +149,14 @@ pub async fn tagged_values_round_trip_through_the_store<F: BackendFactory>(f: &F
         .unwrap();
     let fetched = b.get(NS, submitted.id).await.unwrap().unwrap();
     assert_eq!(fetched.payload, payload);
-    let escaped = json!({"$onestep": "a user key", "other": 1});
+    let escaped = json!({"other": 1, "$onestep": "a user key"});
     let submitted = b
-        .submit(request("t", escaped.clone(), SubmitOptions::default()))
+        .submit(request("t", escaped, SubmitOptions::default()))
         .await
         .unwrap();
     assert_eq!(
         b.get(NS, submitted.id).await.unwrap().unwrap().payload,
-        escaped
+        json!({"$onestep": {"type": "mapping", "items": [["other", 1], ["$onestep", "a user key"]]}})
     );
 }
 

@@ -624,17 +624,37 @@ async fn connection_failures<D: Dialect>(fx: &Fixture, shown: &mut Shown) {
         &[Misconfigured],
     )
     .await;
-    if !refused {
-        // Only PostgreSQL with `trust` for 127.0.0.1 (pg_hba.conf) lets a wrong password in;
-        // cargo xtask's throwaway servers ask for it (scram-sha-256).
+    // A server that lets the role in without any password (PostgreSQL with `trust` for
+    // 127.0.0.1 in pg_hba.conf; cargo xtask's throwaway servers use scram-sha-256) lets a wrong
+    // one in too; every other server must refuse the wrong password.
+    let asks_for_passwords = open_fails::<D>(
+        fx,
+        shown,
+        "no password",
+        &rewrite(&fx.url, Some((&fx.role, "")), None, None),
+        &[Misconfigured],
+    )
+    .await;
+    assert_eq!(
+        refused,
+        asks_for_passwords,
+        "{:?}: a wrong password was {} although a missing one was {}",
+        fx.server,
+        if refused { "refused" } else { "accepted" },
+        if asks_for_passwords {
+            "refused"
+        } else {
+            "accepted"
+        },
+    );
+    if !asks_for_passwords {
         assert_eq!(
             fx.server,
             Server::Postgres,
-            "MariaDB accepted a wrong password"
+            "MariaDB let a role in without its password"
         );
-        eprintln!("note: the PostgreSQL server does not ask for passwords (trust auth)");
     }
-    open_fails::<D>(
+    let failed = open_fails::<D>(
         fx,
         shown,
         "unknown host",
@@ -647,7 +667,8 @@ async fn connection_failures<D: Dialect>(fx: &Fixture, shown: &mut Shown) {
         &[Disconnected],
     )
     .await;
-    open_fails::<D>(
+    assert!(failed, "unknown host: the backend opened");
+    let failed = open_fails::<D>(
         fx,
         shown,
         "refused port",
@@ -660,7 +681,8 @@ async fn connection_failures<D: Dialect>(fx: &Fixture, shown: &mut Shown) {
         &[Disconnected],
     )
     .await;
-    open_fails::<D>(
+    assert!(failed, "refused port: the backend opened");
+    let failed = open_fails::<D>(
         fx,
         shown,
         "unknown database",
@@ -673,6 +695,7 @@ async fn connection_failures<D: Dialect>(fx: &Fixture, shown: &mut Shown) {
         &[Misconfigured],
     )
     .await;
+    assert!(failed, "unknown database: the backend opened");
     // A worker whose DSN fails: what the runtime reports must not show the password.
     let failing = rewrite(
         &fx.url,

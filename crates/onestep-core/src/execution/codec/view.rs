@@ -8,6 +8,7 @@ use serde::de::{
 use serde_json::{Map, Value};
 
 use super::check::field;
+use super::number::{self, PyNumber};
 use super::sequence::members;
 use super::{TAG, scalar};
 
@@ -207,6 +208,7 @@ impl<'de> de::Deserializer<'de> for ViewDeserializer<'de> {
 
     fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
         match self.0 {
+            Value::Number(number) => visit_number(number, visitor),
             Value::Array(items) => visit_seq(items, visitor),
             Value::Object(map) => visit_entries(
                 map.iter().map(|(key, value)| (key.as_str(), value)),
@@ -342,6 +344,67 @@ impl<'de> de::Deserializer<'de> for ViewDeserializer<'de> {
     }
 }
 
+/// The key under which `serde_json` (with `arbitrary_precision`) passes a number that no
+/// primitive holds: a map of one entry, this key and the literal. `serde_json::Value` and
+/// `Number` read it back as the same number (`number_beyond_128_bits_stays_an_integer` checks).
+const NUMBER_TOKEN: &str = "$serde_json::private::Number";
+
+/// Visits a number as what it is: an integer as the smallest primitive that holds it (or as
+/// its literal when none does), a float as an `f64`.
+///
+/// `serde_json`'s own `Value` deserializer visits an integer such as `10**60` as the float
+/// `1e60` when the float prints with the same digits, which would turn Python's integer into a
+/// float; this one never does.
+fn visit_number<'de, V: Visitor<'de>>(
+    number: &'de serde_json::Number,
+    visitor: V,
+) -> Result<V::Value, Error> {
+    match number::classify(number) {
+        PyNumber::Int(_) => {
+            if let Some(unsigned) = number.as_u64() {
+                visitor.visit_u64(unsigned)
+            } else if let Some(signed) = number.as_i64() {
+                visitor.visit_i64(signed)
+            } else if let Some(unsigned) = number.as_u128() {
+                visitor.visit_u128(unsigned)
+            } else if let Some(signed) = number.as_i128() {
+                visitor.visit_i128(signed)
+            } else {
+                visitor.visit_map(Literal(Some(number.as_str())))
+            }
+        }
+        PyNumber::Float(float) if Some(number) == serde_json::Number::from_f64(float).as_ref() => {
+            visitor.visit_f64(float)
+        }
+        PyNumber::Float(_) => visitor.visit_map(Literal(Some(number.as_str()))),
+    }
+}
+
+/// The one-entry map `{NUMBER_TOKEN: literal}`.
+struct Literal<'a>(Option<&'a str>);
+
+impl<'de> MapAccess<'de> for Literal<'de> {
+    type Error = Error;
+    fn next_key_seed<K: DeserializeSeed<'de>>(
+        &mut self,
+        seed: K,
+    ) -> Result<Option<K::Value>, Error> {
+        match self.0 {
+            Some(_) => seed
+                .deserialize(BorrowedStrDeserializer::new(NUMBER_TOKEN))
+                .map(Some),
+            None => Ok(None),
+        }
+    }
+    fn next_value_seed<V: DeserializeSeed<'de>>(&mut self, seed: V) -> Result<V::Value, Error> {
+        let literal = self
+            .0
+            .take()
+            .ok_or_else(|| Error::custom("a number was read twice"))?;
+        seed.deserialize(BorrowedStrDeserializer::new(literal))
+    }
+}
+
 fn unexpected(value: &Value) -> de::Unexpected<'_> {
     match value {
         Value::Null => de::Unexpected::Unit,
@@ -460,6 +523,34 @@ mod tests {
         assert_eq!(order.raw, raw, "a Value field keeps the tag");
         assert_eq!(order.big, 10u128.pow(20));
         let _: Colour = from_value(&json!("RED")).expect("a plain unit variant");
+    }
+
+    #[test]
+    fn number_beyond_128_bits_stays_an_integer() {
+        let big: Value = serde_json::from_str(
+            "[-1000000000000000000000000000000000000000000000000000000000000, 1e+60, 1.5, 340282366920938463463374607431768211456]",
+        )
+        .expect("JSON");
+        let view = crate::execution::codec::decode_value(&big).expect("decodes");
+        let read: Value = from_value(&view).expect("reads");
+        assert_eq!(read, view);
+        assert_eq!(
+            read.to_string(),
+            "[-1000000000000000000000000000000000000000000000000000000000000,1e+60,1.5,340282366920938463463374607431768211456]"
+        );
+        #[derive(Deserialize)]
+        struct Wrapped {
+            inner: Vec<Value>,
+        }
+        let wrapped: Wrapped = from_value(&json!({"inner": view})).expect("reads");
+        assert_eq!(Value::Array(wrapped.inner), read);
+        let small: (u8, i128, f64) = from_value(&json!([
+            1,
+            -170141183460469231731687303715884105728i128,
+            2.5
+        ]))
+        .expect("reads");
+        assert_eq!(small, (1, i128::MIN, 2.5));
     }
 
     #[test]

@@ -1,14 +1,15 @@
 //! Supply-chain checks with [cargo-deny](https://github.com/EmbarkStudios/cargo-deny), configured
 //! by the top-level `deny.toml`.
 //!
-//! `cargo xtask ci` runs `cargo deny check licenses bans sources` when cargo-deny is installed and
-//! says it skipped it when not; `cargo xtask install-tools` installs it. `advisories` is not in
+//! `cargo xtask ci` runs `cargo deny check licenses bans sources`, installing cargo-deny first
+//! (`cargo install`, once per cargo home) when it is missing; a check that cannot run fails the
+//! run, it is never skipped. `cargo xtask install-tools` installs it alone. `advisories` is not in
 //! the default set because it fetches the RustSec database, which the build machines cannot
 //! reach; run `cargo xtask deny advisories` where they can.
 
 use std::process::{Command, Stdio};
 
-use anyhow::Result;
+use anyhow::{Context, Result, bail};
 
 /// The checks `ci` and `cargo xtask deny` run by default.
 pub const DEFAULT_CHECKS: &[&str] = &["licenses", "bans", "sources"];
@@ -25,8 +26,11 @@ pub fn installed() -> bool {
         .is_ok_and(|s| s.success())
 }
 
-/// `cargo deny check <checks>` (the default set when `checks` is empty); a printed note and
-/// success when cargo-deny is not installed.
+/// The cargo-deny release `install-tools` installs: one that reads `deny.toml`'s format.
+pub const VERSION: &str = "0.18.9";
+
+/// `cargo deny check <checks>` (the default set when `checks` is empty), installing cargo-deny
+/// first when it is missing.
 pub fn check(checks: &[String]) -> Result<()> {
     let mut args = vec!["deny", "check"];
     if checks.is_empty() {
@@ -34,22 +38,26 @@ pub fn check(checks: &[String]) -> Result<()> {
     } else {
         args.extend(checks.iter().map(String::as_str));
     }
-    if !installed() {
-        eprintln!(
-            "xtask: cargo-deny is not installed; skipped `cargo {}` (install it with `cargo \
-             xtask install-tools`)",
-            args.join(" ")
-        );
-        return Ok(());
-    }
+    install_tools().context("cargo-deny is missing and could not be installed")?;
     crate::cargo(&args, &[])
 }
 
 /// `cargo xtask install-tools`: installs cargo-deny unless it is there.
 pub fn install_tools() -> Result<()> {
     if installed() {
-        eprintln!("xtask: cargo-deny is already installed");
         return Ok(());
     }
-    crate::cargo(&["install", "cargo-deny", "--locked"], &[])
+    eprintln!(
+        "xtask: cargo-deny is not installed; installing cargo-deny {VERSION} (once per cargo home)"
+    );
+    crate::cargo(
+        &["install", "cargo-deny", "--locked", "--version", VERSION],
+        &[],
+    )?;
+    if !installed() {
+        bail!(
+            "cargo install cargo-deny succeeded, but `cargo deny` still does not run (is the cargo bin directory on PATH?)"
+        );
+    }
+    Ok(())
 }

@@ -1,8 +1,9 @@
 //! `cargo xtask`: what CI runs, runnable locally.
 //!
 //! - `cargo xtask ci [--throwaway-servers]`: format check, clippy with `-D warnings`, docs with
-//!   `-D warnings`, `release-check`, `cargo deny check licenses bans sources` (when cargo-deny is
-//!   installed), all tests, then the fault suite in its short form (`chaos --short`).
+//!   `-D warnings`, `release-check`, `cargo deny check licenses bans sources` (installing
+//!   cargo-deny first when it is missing), all tests, then the fault suite in its short form
+//!   (`chaos --short`); one closing line says what passed and how long each step took.
 //! - `cargo xtask test [--throwaway-servers] [ARGS…]`: all tests (extra arguments go to
 //!   `cargo test`), with real PostgreSQL and MariaDB servers (see [`servers`]).
 //! - `cargo xtask lint`: format check, clippy and docs only.
@@ -22,6 +23,7 @@ mod deny;
 mod mariadb;
 mod postgres;
 mod release;
+mod scratch;
 mod servers;
 mod sys;
 mod url;
@@ -39,8 +41,8 @@ const USAGE: &str = "\
 usage: cargo xtask <command> [args]
 
 commands:
-  ci [--throwaway-servers]            lint, release-check, deny (if installed), test, then
-                                      chaos --short
+  ci [--throwaway-servers]            lint, release-check, deny (installed when missing),
+                                      test, then chaos --short
   lint                                fmt check, clippy -D warnings, docs -D warnings
   test [--throwaway-servers] [ARGS]   cargo test --workspace [ARGS] against real servers
   release-check [--no-verify] [--no-package]
@@ -59,13 +61,69 @@ commands:
   fuzz [--cases N]                    the proptest fuzz suites with N cases per property
                                       (default 20000; CI runs them with 256 inside `test`)
   deny [CHECKS]                       cargo deny check (default: licenses bans sources)
-  install-tools                       cargo install cargo-deny --locked
+  install-tools                       cargo install cargo-deny (what `deny` does when missing)
   help                                this text
 
 Servers for the tests, per kind: ONESTEP_POSTGRES_URL / ONESTEP_MYSQL_URL if set; else the local
 default servers (127.0.0.1:5432, 127.0.0.1:3306) if they answer; else throwaway servers started
 (and installed, if needed) by xtask. --throwaway-servers always starts throwaway servers. Each run
 uses a fresh database on each server and drops it afterwards.";
+
+/// The steps of `ci`, timed, for the closing summary line.
+#[derive(Default)]
+struct Steps {
+    started: Option<Instant>,
+    done: Vec<(&'static str, std::time::Duration)>,
+}
+
+impl Steps {
+    /// Runs one step; on failure prints which steps passed and which one failed.
+    fn run(&mut self, name: &'static str, step: impl FnOnce() -> Result<()>) -> Result<()> {
+        let started = *self.started.get_or_insert_with(Instant::now);
+        let at = Instant::now();
+        match step() {
+            Ok(()) => {
+                self.done.push((name, at.elapsed()));
+                Ok(())
+            }
+            Err(err) => {
+                eprintln!(
+                    "xtask ci: FAILED at {name} after {}; passed before it: {}",
+                    minutes(started.elapsed()),
+                    self.listing()
+                );
+                Err(err)
+            }
+        }
+    }
+
+    fn listing(&self) -> String {
+        if self.done.is_empty() {
+            return "nothing".to_owned();
+        }
+        self.done
+            .iter()
+            .map(|(name, took)| format!("{name} ({})", minutes(*took)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    /// The closing line of a run where every step passed.
+    fn passed(&self) {
+        let total = self.started.map(|s| s.elapsed()).unwrap_or_default();
+        eprintln!("xtask ci: PASSED in {}: {}", minutes(total), self.listing());
+    }
+}
+
+/// `1 min 23 s`, or `23.4 s` under a minute.
+fn minutes(took: std::time::Duration) -> String {
+    let seconds = took.as_secs_f64();
+    if seconds < 60.0 {
+        format!("{seconds:.1} s")
+    } else {
+        format!("{} min {} s", took.as_secs() / 60, took.as_secs() % 60)
+    }
+}
 
 /// Runs the command and turns its outcome into the exit code.
 fn main() -> ExitCode {
@@ -85,14 +143,17 @@ fn run() -> Result<()> {
     let (options, rest) = Options::from_args(args.collect());
     match command.as_str() {
         "ci" => {
-            lint()?;
-            release::check(&release::CheckOptions::default())?;
-            deny::check(&[])?;
-            test(options, &rest)?;
-            chaos::run(
-                options,
-                &chaos::ChaosOptions::from_args(&["--short".into()])?,
-            )
+            let mut steps = Steps::default();
+            steps.run("lint", lint)?;
+            steps.run("release-check", || {
+                release::check(&release::CheckOptions::default())
+            })?;
+            steps.run("deny", || deny::check(&[]))?;
+            steps.run("test", || test(options, &rest))?;
+            let short = chaos::ChaosOptions::from_args(&["--short".into()])?;
+            steps.run("chaos --short", || chaos::run(options, &short))?;
+            steps.passed();
+            Ok(())
         }
         "lint" => {
             if options.throwaway {
@@ -203,11 +264,14 @@ fn test(options: Options, extra: &[String]) -> Result<()> {
     let servers = Servers::provide(options)?;
     let mut args = vec!["test", "--workspace"];
     args.extend(extra.iter().map(String::as_str));
-    let env: Vec<(&str, &str)> = servers
+    let scratch = scratch::Scratch::new()?;
+    let tmpdir = scratch.path().to_string_lossy().into_owned();
+    let mut env: Vec<(&str, &str)> = servers
         .env()
         .iter()
         .map(|(key, value)| (*key, value.as_str()))
         .collect();
+    env.push(("TMPDIR", &tmpdir));
     // The passwords of the URLs handed to the tests (throwaway servers have random ones; the
     // local default servers use trust auth and have none).
     let secrets: Vec<String> = servers
@@ -216,7 +280,7 @@ fn test(options: Options, extra: &[String]) -> Result<()> {
         .filter_map(|(_, url)| url::DbUrl::parse(url).ok()?.password())
         .filter(|p| !p.is_empty())
         .collect();
-    let tested = cargo_scanned(&args, &env, &secrets);
+    let tested = cargo_scanned(&args, &env, &secrets).and_then(|()| scratch.finish());
     let cleaned = servers.finish();
     match (tested, cleaned) {
         (Err(tests), Err(cleanup)) => {

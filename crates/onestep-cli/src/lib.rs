@@ -123,7 +123,13 @@ impl Cli {
                 return ExitCode::from(1);
             }
         };
-        ExitCode::from(runtime.block_on(command::dispatch(args, &self.registry)))
+        let code = runtime.block_on(command::dispatch(args, &self.registry));
+        // The command has finished (a worker has stopped gracefully and closed its resources),
+        // so nothing the runtime still runs is needed: blocking work left behind (a DNS lookup
+        // of a reconnect, a child's wait) must not hold the exit back. Dropping the runtime
+        // would wait for it.
+        runtime.shutdown_background();
+        ExitCode::from(code)
     }
 }
 

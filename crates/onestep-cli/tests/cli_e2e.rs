@@ -37,6 +37,13 @@ fn check_exit_codes_say_ok_problems_or_unloadable() {
     std::fs::write(&good, "apiVersion: onestep/v1alpha1\nkind: App\napp: {name: x}\nresources:\n  q: {type: memory, maxsize: 1}\ntasks:\n  - {name: t, source: q, handler: onestep:echo}\n").unwrap();
     let o = onestep(&["check", "--strict", good.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(
+        text(&o)
+            .trim_end()
+            .ends_with(&format!("OK: {} is valid (strict)", good.display())),
+        "{}",
+        text(&o)
+    );
     let o = onestep(&["check", "--json", good.to_str().unwrap()]);
     let described: Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(described["tasks"][0]["handler_ref"], "onestep:echo");
@@ -296,23 +303,13 @@ fn example_configs_pass_the_strict_check() {
     assert!(checked >= 3, "examples for sqlite, postgres and mysql");
 }
 
+/// README's YAML section, as written: a worker on the SQLite example, a "report" submitted and
+/// read back with `onestep executions`, SIGTERM, a prompt exit.
 #[test]
-fn the_sqlite_example_runs_a_submitted_execution_and_stops_on_sigterm() {
+fn the_readme_sqlite_sequence_runs_a_report_and_stops_on_sigterm() {
     let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("example.db");
-    let dsn = format!("sqlite://{}", db.display());
+    let dsn = format!("sqlite://{}", dir.path().join("example.db").display());
     let namespace = format!("ex-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let backend =
-        onestep_sql::sqlite::SqliteExecutionBackend::new(&dsn, BackendOptions::default()).unwrap();
-    let client = ExecutionClient::new(backend, &namespace).unwrap();
-    let e = rt
-        .block_on(client.submit(
-            "report",
-            &json!({"month": "2026-11"}),
-            SubmitOptions::default(),
-        ))
-        .unwrap();
     let worker = Command::new(env!("CARGO_BIN_EXE_onestep"))
         .args([
             "run",
@@ -323,20 +320,145 @@ fn the_sqlite_example_runs_a_submitted_execution_and_stops_on_sigterm() {
         ])
         .env("ONESTEP_SQLITE_DSN", &dsn)
         .env("ONESTEP_NAMESPACE", &namespace)
-        .stdout(Stdio::null())
+        .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let done = rt.block_on(client.wait(e.id, Duration::from_secs(30)));
+    let cli = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_onestep"))
+            .args(["executions"])
+            .args(args)
+            .args(["--namespace", &namespace])
+            .env("ONESTEP_DSN", &dsn)
+            .output()
+            .unwrap()
+    };
+    // The worker creates the tables; submit once they are there.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let submitted = loop {
+        let o = cli(&["submit", "report", r#"{"month": "2026-11"}"#]);
+        if o.status.success() || Instant::now() > deadline {
+            break o;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(submitted.status.code(), Some(0), "{}", text(&submitted));
+    let printed = String::from_utf8_lossy(&submitted.stdout).to_string();
+    let (id, status) = printed.trim().split_once(' ').expect("<id> <status>");
+    assert_eq!(status, "queued");
+    let result = loop {
+        let o = cli(&["result", id]);
+        if o.status.success() || Instant::now() > deadline {
+            break o;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(result.status.code(), Some(0), "{}", text(&result));
+    let value: Value = serde_json::from_slice(&result.stdout).unwrap();
+    assert_eq!(value, json!({"month": "2026-11", "rows": 42}));
+    let stats = cli(&["stats"]);
+    let stats_text = String::from_utf8_lossy(&stats.stdout).to_string();
+    assert!(
+        stats_text
+            .lines()
+            .any(|l| l.split_whitespace().take(2).eq(["succeeded", "1"])),
+        "{stats_text}"
+    );
     Command::new("kill")
         .args(["-TERM", &worker.id().to_string()])
         .status()
         .unwrap();
+    let stopped = Instant::now();
     let out = worker.wait_with_output().unwrap();
-    let done = done.unwrap_or_else(|err| panic!("{err}: {}", String::from_utf8_lossy(&out.stderr)));
-    assert_eq!(done.status.as_str(), "succeeded");
-    assert_eq!(done.result, Some(json!({"month": "2026-11", "rows": 42})));
-    assert_eq!(out.status.code(), Some(0));
+    assert!(
+        stopped.elapsed() < Duration::from_secs(5),
+        "the worker took {:?} to exit",
+        stopped.elapsed()
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let log = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        log.contains(&format!("attempt=1 execution_id=\"{id}\"")),
+        "the success event names the attempt and the execution: {log}"
+    );
+    assert!(
+        !log.contains('\u{1b}'),
+        "no colour codes in a log written to a pipe: {log}"
+    );
+}
+
+/// The quickstart keeps its database between runs and says so; `--fresh` starts empty.
+#[test]
+fn quickstart_says_what_earlier_runs_left_and_fresh_starts_empty() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("q.db");
+    let start = |fresh: bool| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_onestep"));
+        cmd.args([
+            "quickstart",
+            "--listen",
+            "127.0.0.1:0",
+            "--db",
+            db.to_str().unwrap(),
+        ]);
+        if fresh {
+            cmd.arg("--fresh");
+        }
+        let mut child = cmd
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut lines =
+            std::io::BufRead::lines(std::io::BufReader::new(child.stdout.take().unwrap()));
+        let first = lines.next().unwrap().unwrap();
+        let state = lines.next().unwrap().unwrap();
+        let addr = first
+            .split("http://")
+            .nth(1)
+            .and_then(|rest| rest.split(',').next())
+            .unwrap()
+            .to_string();
+        std::thread::spawn(move || lines.for_each(drop));
+        (child, addr, state)
+    };
+    let stop = |child: std::process::Child| {
+        Command::new("kill")
+            .args(["-INT", &child.id().to_string()])
+            .status()
+            .unwrap();
+        child.wait_with_output().unwrap()
+    };
+    let (child, addr, state) = start(false);
+    assert!(
+        state.contains("(empty); kept between runs, `--fresh` starts empty"),
+        "{state}"
+    );
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let body = json!({"task_name": "sleep", "payload": {"seconds": 600}});
+    let reply = rt
+        .block_on(onestep_http::client::request(
+            &addr,
+            "POST",
+            "/v1/executions",
+            &[("Idempotency-Key", "long")],
+            Some(&body),
+        ))
+        .unwrap();
+    assert_eq!(reply.status, 202, "{reply:?}");
+    std::thread::sleep(Duration::from_millis(500));
+    stop(child);
+
+    let (child, _, state) = start(false);
+    assert!(
+        state
+            .contains("1 execution(s) from earlier runs, 1 of them unfinished: they run again now"),
+        "{state}"
+    );
+    stop(child);
+    let (child, _, state) = start(true);
+    assert!(state.contains("(empty)"), "{state}");
+    stop(child);
 }
 
 #[test]

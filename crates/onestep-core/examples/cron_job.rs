@@ -15,6 +15,8 @@ async fn main() -> Result<(), onestep_core::Error> {
     tracing_subscriber::fmt()
         .with_env_filter("info")
         .with_target(false)
+        // Colours only on a terminal, never into a file or a pipe.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
         .init();
 
     let heartbeat = IntervalSource::every(Duration::from_secs(1))?

@@ -62,8 +62,10 @@ pub struct TaskEvent {
     pub task: String,
     /// The source's name, when the task has one.
     pub source: Option<String>,
-    /// The envelope's previous-attempt count.
-    pub attempts: u32,
+    /// The number of the attempt the event is about, from 1: the envelope's previous attempts
+    /// plus one. For a tracked execution it is the execution's `attempts` once this attempt
+    /// started, the number the HTTP API and `onestep executions` show.
+    pub attempt: u32,
     /// When the event was emitted (UTC).
     #[serde(with = "time::serde::rfc3339")]
     pub emitted_at: OffsetDateTime,
@@ -100,6 +102,13 @@ fn log(event: &TaskEvent) {
         ),
         None => (None, None, None),
     };
+    // A tracked execution's id, so that a failure's message (which the execution's stored
+    // error does not keep) can be found by it.
+    let execution_id = event
+        .meta
+        .get("onestep.execution")
+        .and_then(|execution| execution.get("id"))
+        .and_then(Value::as_str);
     macro_rules! emit {
         ($level:ident) => {
             tracing::$level!(
@@ -107,7 +116,8 @@ fn log(event: &TaskEvent) {
                 app_name = %event.app,
                 task_name = %event.task,
                 source_name = event.source.as_deref(),
-                attempts = event.attempts,
+                attempt = event.attempt,
+                execution_id,
                 duration_s,
                 failure_kind,
                 failure_exception_type = failure_type,

@@ -112,7 +112,7 @@ async fn task_timeout_retries_once_then_fails_with_kind_timeout() {
     assert_eq!(outcomes.len(), 2);
     assert_eq!(outcomes[0].kind.as_str(), "retried");
     assert_eq!(outcomes[1].kind.as_str(), "failed");
-    assert_eq!(outcomes[1].attempts, 1);
+    assert_eq!((outcomes[0].attempt, outcomes[1].attempt), (1, 2));
     let failure = outcomes[1].failure.as_ref().unwrap();
     assert_eq!(
         (failure.kind.as_str(), failure.stage.as_str()),

@@ -313,6 +313,16 @@ fn quoted(text: &str) -> String {
     }
 }
 
+/// A list for an error detail, cut to [`QUOTED_CHARS`] characters.
+fn clipped(list: &str) -> String {
+    if list.chars().count() <= QUOTED_CHARS {
+        list.to_owned()
+    } else {
+        let head: String = list.chars().take(QUOTED_CHARS).collect();
+        format!("{head}…")
+    }
+}
+
 /// Rejects a text field holding U+0000 (the core's rule, checked here so it comes first).
 fn no_nul_text(field: &str, text: &str) -> Result<(), ApiError> {
     Ok(stored::reject_nul(field, text)?)
@@ -404,8 +414,13 @@ async fn submit<B: ExecutionBackend + Clone + 'static>(
         None => return Err(ApiError::unprocessable("task_name is required")),
     };
     no_nul_text("task_name", &task)?;
-    if s.allowed.as_ref().is_some_and(|a| !a.contains(&task)) {
-        return Err(ApiError::unprocessable("unsupported task_name"));
+    if let Some(allowed) = s.allowed.as_ref().filter(|a| !a.contains(&task)) {
+        let names: Vec<&str> = allowed.iter().map(String::as_str).collect();
+        return Err(ApiError::unprocessable(format!(
+            "unsupported task_name {}; accepted: {}",
+            quoted(&task),
+            clipped(&names.join(", "))
+        )));
     }
     let Some(payload) = body.remove("payload") else {
         return Err(ApiError::unprocessable(

@@ -294,10 +294,12 @@ async fn smoke<D: Dialect>(dsn: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_smoke_test_passes_on_sqlite() {
-    let dir = std::env::temp_dir().join(format!("onestep-http-{}", uuid::Uuid::new_v4().simple()));
-    std::fs::create_dir_all(&dir).unwrap();
-    smoke::<onestep_sql::sqlite::Sqlite>(&format!("sqlite://{}/smoke.db", dir.display())).await;
-    let _ = std::fs::remove_dir_all(dir);
+    let dir = tempfile::Builder::new()
+        .prefix("onestep-http-")
+        .tempdir()
+        .unwrap();
+    smoke::<onestep_sql::sqlite::Sqlite>(&format!("sqlite://{}/smoke.db", dir.path().display()))
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

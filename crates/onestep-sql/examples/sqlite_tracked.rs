@@ -55,6 +55,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     tracing_subscriber::fmt()
         .with_env_filter("warn")
         .with_target(false)
+        // Colours only on a terminal, never into a file or a pipe.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
         .init();
     let path = std::env::var("ONESTEP_SQLITE_PATH").unwrap_or_else(|_| "onestep-example.db".into());
     let dsn = format!("sqlite://{path}");

@@ -416,6 +416,12 @@ impl Dialect for Postgres {
         }
         let ddl = schema::render_ddl(Self::SCHEMA, tables).map_err(crate::machine::schema_error)?;
         let mut tx = pool.begin().await.map_err(open)?;
+        // `IF NOT EXISTS` on existing objects sends "already exists, skipping" notices, which
+        // sqlx logs at INFO on every start; they say nothing the caller needs.
+        sqlx::query("SET LOCAL client_min_messages = warning")
+            .execute(&mut *tx)
+            .await
+            .map_err(open)?;
         sqlx::query("SELECT pg_advisory_xact_lock($1)")
             .bind(schema::postgres_advisory_lock_key(tables))
             .execute(&mut *tx)

@@ -17,9 +17,10 @@ use time::OffsetDateTime;
 
 #[tokio::test]
 async fn expired_work_is_not_claimed_while_the_sweep_is_not_due() {
+    let dir = support::sqlite_dir();
     let dsn = format!(
         "sqlite://{}/expiry-{}.db",
-        support::sqlite_dir().display(),
+        dir.path().display(),
         uuid::Uuid::new_v4().simple()
     );
     let start = OffsetDateTime::now_utc();
@@ -76,9 +77,10 @@ where
 
 #[tokio::test]
 async fn a_full_sweep_batch_sweeps_again_on_the_next_pass() {
+    let dir = support::sqlite_dir();
     let dsn = format!(
         "sqlite://{}/expiry-{}.db",
-        support::sqlite_dir().display(),
+        dir.path().display(),
         uuid::Uuid::new_v4().simple()
     );
     let start = OffsetDateTime::now_utc();

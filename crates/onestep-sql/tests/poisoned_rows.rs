@@ -16,9 +16,10 @@ use uuid::Uuid;
 
 #[tokio::test]
 async fn an_undecodable_row_is_failed_and_the_rest_are_claimed() {
+    let dir = support::sqlite_dir();
     let dsn = format!(
         "sqlite://{}/poison-{}.db",
-        support::sqlite_dir().display(),
+        dir.path().display(),
         uuid::Uuid::new_v4().simple()
     );
     let b = SqliteExecutionBackend::new(&dsn, support::live::fresh_options()).unwrap();

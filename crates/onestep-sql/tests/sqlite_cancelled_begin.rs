@@ -21,9 +21,11 @@ fn pool(path: &std::path::Path) -> sqlx::Pool<sqlx::Sqlite> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancelled_begin_leaves_no_transaction_open() {
-    let dir = std::env::temp_dir().join(format!("onestep-begin-{}", uuid::Uuid::new_v4()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("db.sqlite");
+    let dir = tempfile::Builder::new()
+        .prefix("onestep-begin-")
+        .tempdir()
+        .unwrap();
+    let path = dir.path().join("db.sqlite");
     let first = pool(&path);
     let mut tx = Sqlite::begin(&first).await.unwrap();
     Sqlite::execute(&mut tx, "CREATE TABLE t (x INTEGER)", Vec::new())
@@ -57,5 +59,4 @@ async fn a_cancelled_begin_leaves_no_transaction_open() {
     }
     first.close().await;
     second.close().await;
-    let _ = std::fs::remove_dir_all(&dir);
 }

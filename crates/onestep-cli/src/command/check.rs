@@ -78,7 +78,7 @@ pub async fn check(args: CheckArgs, registry: &Registry) -> u8 {
                 .as_ref()
                 .map_or("passthrough", |(r, _)| r.as_str());
             println!(
-                "  - {}: source={} handler={} emit=[{}] concurrency={} retry={:?}",
+                "  - {}: source={} handler={} emit=[{}] concurrency={} retry={}",
                 t.name,
                 t.source.as_deref().unwrap_or("-"),
                 handler,
@@ -90,7 +90,22 @@ pub async fn check(args: CheckArgs, registry: &Registry) -> u8 {
     }
     if args.connect {
         let timeout = Duration::from_secs_f64(args.connect_timeout.clamp(0.1, 3600.0));
-        return connect(&spec, registry, timeout, args.json).await;
+        let failed = connect(&spec, registry, timeout, args.json).await;
+        if failed != 0 {
+            return failed;
+        }
+    }
+    if !args.json {
+        println!(
+            "OK: {} is valid{}{}",
+            args.load.file.display(),
+            if args.strict { " (strict)" } else { "" },
+            if args.connect {
+                "; every resource opened"
+            } else {
+                ""
+            }
+        );
     }
     0
 }

@@ -1,7 +1,9 @@
-//! `onestep executions stats|list|get|attempts|cancel|result|prune`.
+//! `onestep executions submit|stats|list|get|attempts|cancel|result|prune`.
 
 use clap::Subcommand;
-use onestep_core::execution::{Execution, ExecutionClient, ExecutionStatus, client::parse_id};
+use onestep_core::execution::{
+    Execution, ExecutionClient, ExecutionStatus, SubmitOptions, client::parse_id,
+};
 use onestep_sql::{BackendOptions, Dialect, SqlExecutionBackend};
 use serde_json::{Value, json};
 use time::OffsetDateTime;
@@ -33,6 +35,26 @@ pub struct ExecutionsArgs {
 
 #[derive(Debug, Clone, Subcommand)]
 enum Action {
+    /// Submit an execution (plain JSON, as the HTTP API takes it); prints its id and status.
+    ///
+    /// Example: `onestep executions submit --namespace demo report '{"month": "2026-11"}'`
+    Submit {
+        /// The task name.
+        task: String,
+        /// The payload, as JSON.
+        #[arg(default_value = "null")]
+        payload: String,
+        /// The metadata, as a JSON object.
+        #[arg(long)]
+        metadata: Option<String>,
+        /// The idempotency key: submitting again with the same key and content returns the same
+        /// execution.
+        #[arg(long)]
+        key: Option<String>,
+        /// Seconds before a worker may claim it.
+        #[arg(long)]
+        delay_s: Option<f64>,
+    },
     /// Counts per status with the oldest submission of each (what to alert on).
     ///
     /// Example: `onestep executions stats --namespace billing`
@@ -118,6 +140,16 @@ pub fn parse_before(text: &str, now: OffsetDateTime) -> anyhow::Result<OffsetDat
     Ok(now - time::Duration::seconds_f64(seconds))
 }
 
+/// Parses a command-line JSON argument and encodes it as the HTTP API does: plain JSON, read as
+/// Python's `json.loads` reads it (an object with a `"$onestep"` key is a dict, not a tag).
+fn plain_json(field: &str, text: &str) -> anyhow::Result<Value> {
+    let value: Value = serde_json::from_str(text)
+        .map_err(|e| anyhow::anyhow!("{field} must be JSON ({e}), got {text:?}"))?;
+    Ok(onestep_core::execution::stored::encode_plain_storable(
+        field, &value,
+    )?)
+}
+
 fn time_text(t: Option<OffsetDateTime>) -> String {
     t.and_then(|t| t.format(&Rfc3339).ok())
         .unwrap_or_else(|| "-".into())
@@ -163,6 +195,34 @@ async fn run<D: Dialect>(args: &ExecutionsArgs, dsn: &str) -> anyhow::Result<(St
     };
     let json = args.json;
     Ok(match &args.action {
+        Action::Submit {
+            task,
+            payload,
+            metadata,
+            key,
+            delay_s,
+        } => {
+            let payload = plain_json("payload", payload)?;
+            let metadata = match metadata {
+                None => serde_json::Map::new(),
+                Some(text) => match plain_json("metadata", text)? {
+                    Value::Object(map) => map,
+                    _ => anyhow::bail!("--metadata must be a JSON object"),
+                },
+            };
+            let options = SubmitOptions {
+                idempotency_key: key.clone(),
+                metadata,
+                delay_s: *delay_s,
+                expires_at: None,
+            };
+            let e = client()?.submit(task, &payload, options).await?;
+            if json {
+                (serde_json::to_string_pretty(&view(&e))?, 0)
+            } else {
+                (format!("{} {}", e.id, e.status), 0)
+            }
+        }
         Action::Stats => {
             let stats = backend.stats(args.namespace.as_deref()).await?;
             if json {

@@ -38,7 +38,8 @@ enum Command {
     ///
     /// Example: `onestep init-db --dsn postgres://migrator@db/app`
     InitDb(init_db::InitDbArgs),
-    /// Inspect and manage executions (the seed documents' troubleshooting queries as commands).
+    /// Submit, inspect and manage executions in a database: counts per status, lists, one
+    /// execution with its attempts, its result, cancel, prune.
     ///
     /// Example: `onestep executions stats --dsn postgres://app@db/app --namespace billing`
     Executions(executions::ExecutionsArgs),

@@ -4,7 +4,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use onestep_core::execution::{ExecutionClient, ExecutionSource, ExecutionSourceOptions};
+use onestep_core::execution::{
+    ExecutionBackend as _, ExecutionClient, ExecutionSource, ExecutionSourceOptions,
+};
 use onestep_core::{AppHandle, MaxAttempts, OneStepApp, Task, TaskContext, TaskError};
 use onestep_http::ExecutionApi;
 use onestep_http::client::{Reply, request};
@@ -18,9 +20,13 @@ pub struct QuickstartArgs {
     /// The address of the API.
     #[arg(long, default_value = "127.0.0.1:8080")]
     listen: String,
-    /// The SQLite database file.
+    /// The SQLite database file; kept between runs, so executions of earlier runs stay (and
+    /// one interrupted by Ctrl-C runs again).
     #[arg(long, default_value = "onestep-quickstart.db")]
     db: PathBuf,
+    /// Delete the database file first and start with no executions.
+    #[arg(long)]
+    fresh: bool,
     /// Run a scripted tour through the HTTP API instead (free port, temporary database); exits 0
     /// when every step behaved as documented.
     #[arg(long)]
@@ -146,28 +152,80 @@ impl Running {
     }
 }
 
-fn curl_help(addr: &str) -> String {
-    format!(
-        r#"onestep quickstart: API on http://{addr}, worker running tasks {tasks:?} on SQLite.
+/// What the banner says about the database: where it is and what earlier runs left in it.
+struct DbState {
+    path: PathBuf,
+    earlier: usize,
+    unfinished: usize,
+}
 
-Try:
+/// Counts what earlier runs left in the quickstart's namespace.
+async fn db_state(db: &std::path::Path) -> anyhow::Result<DbState> {
+    let path = std::path::absolute(db).unwrap_or_else(|_| db.to_path_buf());
+    let dsn = format!("sqlite://{}", db.display());
+    let backend = SqliteExecutionBackend::new(&dsn, BackendOptions::default())?;
+    let stats = backend.stats(Some(NAMESPACE)).await?;
+    let _ = backend.close().await;
+    let earlier = stats.iter().map(|s| s.count).sum();
+    let unfinished = stats
+        .iter()
+        .filter(|s| !s.status.is_terminal())
+        .map(|s| s.count)
+        .sum();
+    Ok(DbState {
+        path,
+        earlier,
+        unfinished,
+    })
+}
+
+/// Removes the database file and its WAL and shared-memory files.
+fn remove_db(db: &std::path::Path) -> anyhow::Result<()> {
+    for suffix in ["", "-wal", "-shm"] {
+        let mut name = db.as_os_str().to_owned();
+        name.push(suffix);
+        match std::fs::remove_file(&name) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => anyhow::bail!("cannot remove {}: {e}", PathBuf::from(name).display()),
+        }
+    }
+    Ok(())
+}
+
+fn curl_help(addr: &str, state: &DbState, run: &str) -> String {
+    let kept = match (state.earlier, state.unfinished) {
+        (0, _) => "empty".to_owned(),
+        (n, 0) => format!("{n} execution(s) from earlier runs"),
+        (n, u) => format!(
+            "{n} execution(s) from earlier runs, {u} of them unfinished: they run again now"
+        ),
+    };
+    format!(
+        r#"onestep quickstart: API on http://{addr}, worker running tasks {tasks:?}.
+State: {db} ({kept}); kept between runs, `--fresh` starts empty.
+
+Try (keys end in this run's "{run}", so they are new):
   # submit (202 + an execution id); repeat with the same key: same id
-  curl -s -X POST http://{addr}/v1/executions -H 'Idempotency-Key: demo-1' \
-       -H 'Content-Type: application/json' -d '{{"task_name": "hello", "payload": {{"name": "ada"}}}}'
+  ID=$(curl -s -X POST http://{addr}/v1/executions -H 'Idempotency-Key: demo-{run}-1' \
+       -H 'Content-Type: application/json' -d '{{"task_name": "hello", "payload": {{"name": "ada"}}}}' \
+       | sed 's/.*"id":"\([^"]*\)".*/\1/'); echo $ID
   # status and result
-  curl -s http://{addr}/v1/executions/<id>
-  curl -s http://{addr}/v1/executions/<id>/result
+  curl -s http://{addr}/v1/executions/$ID
+  curl -s http://{addr}/v1/executions/$ID/result
   # a task that fails once, then succeeds; one that always fails
-  curl -s -X POST http://{addr}/v1/executions -H 'Idempotency-Key: demo-2' -H 'Content-Type: application/json' -d '{{"task_name": "flaky", "payload": {{}}}}'
-  curl -s -X POST http://{addr}/v1/executions -H 'Idempotency-Key: demo-3' -H 'Content-Type: application/json' -d '{{"task_name": "always_fails", "payload": {{}}}}'
+  curl -s -X POST http://{addr}/v1/executions -H 'Idempotency-Key: demo-{run}-2' -H 'Content-Type: application/json' -d '{{"task_name": "flaky", "payload": {{}}}}'
+  curl -s -X POST http://{addr}/v1/executions -H 'Idempotency-Key: demo-{run}-3' -H 'Content-Type: application/json' -d '{{"task_name": "always_fails", "payload": {{}}}}'
   # a long task, then cancel it
-  curl -s -X POST http://{addr}/v1/executions -H 'Idempotency-Key: demo-4' -H 'Content-Type: application/json' -d '{{"task_name": "sleep", "payload": {{"seconds": 300}}}}'
-  curl -s -X POST http://{addr}/v1/executions/<id>/cancel -H 'Content-Type: application/json' -d '{{"reason": "changed my mind"}}'
+  ID=$(curl -s -X POST http://{addr}/v1/executions -H 'Idempotency-Key: demo-{run}-4' -H 'Content-Type: application/json' \
+       -d '{{"task_name": "sleep", "payload": {{"seconds": 300}}}}' | sed 's/.*"id":"\([^"]*\)".*/\1/')
+  curl -s -X POST http://{addr}/v1/executions/$ID/cancel -H 'Content-Type: application/json' -d '{{"reason": "changed my mind"}}'
   # newest first, two at a time
   curl -s 'http://{addr}/v1/executions?limit=2'
 
 Ctrl-C stops API and worker gracefully."#,
-        tasks = TASKS
+        tasks = TASKS,
+        db = state.path.display(),
     )
 }
 
@@ -183,14 +241,23 @@ pub async fn run(args: QuickstartArgs) -> u8 {
         };
     }
     super::run::init_logging("warning", "text");
-    let running = match start(&args.listen, &args.db, Duration::from_secs(1)).await {
+    let prepared = async {
+        if args.fresh {
+            remove_db(&args.db)?;
+        }
+        let state = db_state(&args.db).await?;
+        let running = start(&args.listen, &args.db, Duration::from_secs(1)).await?;
+        anyhow::Ok((state, running))
+    };
+    let (state, running) = match prepared.await {
         Ok(r) => r,
         Err(e) => {
             eprintln!("onestep quickstart: {e}");
             return 1;
         }
     };
-    println!("{}", curl_help(&running.addr));
+    let run_id = uuid::Uuid::new_v4().simple().to_string()[..6].to_owned();
+    println!("{}", curl_help(&running.addr, &state, &run_id));
     super::serve::shutdown_signal().await;
     println!("stopping…");
     match running.stop().await {

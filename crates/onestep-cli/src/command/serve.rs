@@ -69,10 +69,12 @@ async fn serve<D: Dialect>(args: &ServeArgs) -> anyhow::Result<()> {
         api = api.bearer_token(token.clone());
     }
     let listener = onestep_http::bind(&args.listen).await?;
-    tracing::info!(listen = %args.listen, namespace = %args.namespace, "serving /v1/executions");
+    // One start-up line, for people and for scripts that read the address (the port of
+    // `--listen 127.0.0.1:0`); the log has its own (one) event.
+    let addr = listener.local_addr()?;
+    tracing::debug!(listen = %addr, namespace = %args.namespace, "serving /v1/executions");
     println!(
-        "serving http://{}/v1/executions (namespace {})",
-        listener.local_addr()?,
+        "serving http://{addr}/v1/executions (namespace {})",
         args.namespace
     );
     onestep_http::serve(listener, api.router(), shutdown_signal()).await?;

@@ -110,6 +110,71 @@ pub enum RetrySpec {
     },
 }
 
+/// Seconds as a person reads them: `5 s`, `0.5 s`.
+fn seconds(value: f64) -> String {
+    format!("{value} s")
+}
+
+/// The policy in the YAML's words, for `onestep check`:
+/// `exponential_backoff: 3 attempts, waits 1 s, ×2, at most 30 s, jitter none`.
+impl std::fmt::Display for RetrySpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RetrySpec::None => f.write_str("no_retry"),
+            RetrySpec::MaxAttempts {
+                max_attempts,
+                delay_s,
+            } => {
+                write!(f, "max_attempts: {max_attempts} attempts")?;
+                match delay_s {
+                    Some(delay) if *delay > 0.0 => write!(f, ", {} apart", seconds(*delay)),
+                    _ => f.write_str(", no wait"),
+                }
+            }
+            RetrySpec::Exponential {
+                max_attempts,
+                min_delay_s,
+                max_delay_s,
+                multiplier,
+                jitter,
+            } => write!(
+                f,
+                "exponential_backoff: {max_attempts} attempts, waits {}, ×{multiplier}, at most \
+                 {}, jitter {jitter}",
+                seconds(*min_delay_s),
+                seconds(*max_delay_s)
+            ),
+            RetrySpec::ByFailureKind {
+                default,
+                error,
+                timeout,
+                cancelled,
+            } => {
+                f.write_str("by_failure_kind (")?;
+                let mut first = true;
+                for (kind, policy) in [
+                    ("error", error),
+                    ("timeout", timeout),
+                    ("cancelled", cancelled),
+                    ("default", default),
+                ] {
+                    if let Some(policy) = policy {
+                        if !first {
+                            f.write_str("; ")?;
+                        }
+                        first = false;
+                        write!(f, "{kind} → {policy}")?;
+                    }
+                }
+                if first {
+                    f.write_str("no policies: no retry")?;
+                }
+                f.write_str(")")
+            }
+        }
+    }
+}
+
 const TOP_LEVEL: &[&str] = &["apiVersion", "kind", "app", "resources", "tasks", "$schema"];
 const APP_FIELDS: &[&str] = &[
     "name",
@@ -918,4 +983,39 @@ fn retry_spec(v: &Value, path: &str, c: &mut Checker<'_>) -> Option<RetrySpec> {
             return None;
         }
     })
+}
+
+#[cfg(test)]
+mod retry_text_tests {
+    use super::RetrySpec;
+
+    #[test]
+    fn retry_policies_print_in_the_yamls_words() {
+        let exponential = RetrySpec::Exponential {
+            max_attempts: 3,
+            min_delay_s: 1.0,
+            max_delay_s: 30.0,
+            multiplier: 2.0,
+            jitter: "none".into(),
+        };
+        assert_eq!(
+            exponential.to_string(),
+            "exponential_backoff: 3 attempts, waits 1 s, ×2, at most 30 s, jitter none"
+        );
+        let fixed = RetrySpec::MaxAttempts {
+            max_attempts: 2,
+            delay_s: Some(0.5),
+        };
+        assert_eq!(fixed.to_string(), "max_attempts: 2 attempts, 0.5 s apart");
+        let by_kind = RetrySpec::ByFailureKind {
+            default: Some(Box::new(RetrySpec::None)),
+            error: Some(Box::new(fixed)),
+            timeout: None,
+            cancelled: None,
+        };
+        assert_eq!(
+            by_kind.to_string(),
+            "by_failure_kind (error → max_attempts: 2 attempts, 0.5 s apart; default → no_retry)"
+        );
+    }
 }

@@ -41,8 +41,19 @@ import urllib.request
 import uuid
 from typing import Any
 
+import atexit
+import shutil
+import tempfile
+
+import hypothesis.configuration
 from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
+
+# Hypothesis caches Unicode tables in `.hypothesis/` under the working directory; keep them in a
+# directory of our own that goes away with the process.
+_HOME = tempfile.mkdtemp(prefix="onestep-hypothesis-")
+atexit.register(shutil.rmtree, _HOME, ignore_errors=True)
+hypothesis.configuration.set_hypothesis_home_dir(_HOME)
 
 from onestep import ExecutionClient
 from onestep.capture.codec import TAG, encode_value

@@ -419,7 +419,7 @@ async fn handle_failure(
         failure_kind = failure.kind.as_str(),
         stage = failure.stage.as_str(),
         exception_type = %failure.exception_type,
-        attempts = envelope.attempts,
+        attempt = envelope.attempts.saturating_add(1),
         "task attempt failed: {}",
         failure.message
     );

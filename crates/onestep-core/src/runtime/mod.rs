@@ -90,7 +90,7 @@ impl TaskRuntime {
             app: self.app_name.to_string(),
             task: self.task_name.to_string(),
             source: self.source_name(),
-            attempts: envelope.attempts,
+            attempt: envelope.attempts.saturating_add(1),
             emitted_at: OffsetDateTime::now_utc(),
             duration,
             failure: failure.cloned(),

@@ -27,17 +27,21 @@ pub fn mysql_url() -> String {
     std::env::var("ONESTEP_MYSQL_URL").unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/test".into())
 }
 
-/// A directory for SQLite test databases.
-pub fn sqlite_dir() -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("onestep-sqlite-tests-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+/// A directory for one test's SQLite databases, removed (with them) when the guard is dropped,
+/// whether the test passed or panicked.
+pub fn sqlite_dir() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("onestep-sqlite-tests-")
+        .tempdir()
+        .unwrap()
 }
 
 /// Builds backends of dialect `D` whose tables are named after the case's store.
 pub struct SqlFactory<D: Dialect> {
     dsn: Box<dyn Fn(&str) -> String + Send + Sync>,
     cache: Mutex<HashMap<String, SqlExecutionBackend<D>>>,
+    /// The SQLite databases' directory, removed when the factory (one per test) is dropped.
+    _dir: Option<tempfile::TempDir>,
 }
 
 impl<D: Dialect> SqlFactory<D> {
@@ -46,6 +50,7 @@ impl<D: Dialect> SqlFactory<D> {
         Self {
             dsn: Box::new(dsn),
             cache: Mutex::new(HashMap::new()),
+            _dir: None,
         }
     }
 }
@@ -60,9 +65,14 @@ pub fn mysql() -> SqlFactory<onestep_sql::mysql::MySql> {
     SqlFactory::new(|_| mysql_url())
 }
 
-/// SQLite backends, one database file per case.
+/// SQLite backends, one database file per case, in a directory the factory removes.
 pub fn sqlite() -> SqlFactory<onestep_sql::sqlite::Sqlite> {
-    SqlFactory::new(|store| format!("sqlite://{}/{store}.db", sqlite_dir().display()))
+    let dir = sqlite_dir();
+    let path = dir.path().to_path_buf();
+    SqlFactory {
+        _dir: Some(dir),
+        ..SqlFactory::new(move |store| format!("sqlite://{}/{store}.db", path.display()))
+    }
 }
 
 /// Backend options for a case's store.

@@ -125,7 +125,7 @@ pub async fn worker_stores_the_handler_result<F: BackendFactory>(f: &F) {
 }
 
 /// Failures retry by the task's policy (attempts counted from the store) and finally fail with the
-/// public error detail.
+/// public error detail. Task events number the attempts as the stored execution does (1, 2, 3).
 pub async fn worker_retries_with_backoff_then_fails_with_the_error_detail<F: BackendFactory>(
     f: &F,
 ) {
@@ -135,7 +135,15 @@ pub async fn worker_retries_with_backoff_then_fails_with_the_error_detail<F: Bac
     let counter = seen.clone();
     let retry =
         ExponentialBackoff::new(3, Duration::ZERO, Duration::ZERO, 2.0, Jitter::None).unwrap();
+    let events = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let recorded = events.clone();
     let app = OneStepApp::builder("worker")
+        .on_event(move |event: &onestep_core::TaskEvent| {
+            use onestep_core::TaskEventKind::{Failed, Retried, Started};
+            if matches!(event.kind, Started | Retried | Failed) {
+                recorded.lock().unwrap().push((event.kind, event.attempt));
+            }
+        })
         .task(
             Task::new("flaky")
                 .source(source(&b, "flaky"))
@@ -162,6 +170,21 @@ pub async fn worker_retries_with_backoff_then_fails_with_the_error_detail<F: Bac
     assert_eq!(done.status, ExecutionStatus::Failed);
     assert_eq!(done.attempts, 3);
     assert_eq!(seen.load(Ordering::SeqCst), 3);
+    {
+        use onestep_core::TaskEventKind::{Failed, Retried, Started};
+        assert_eq!(
+            *events.lock().unwrap(),
+            [
+                (Started, 1),
+                (Retried, 1),
+                (Started, 2),
+                (Retried, 2),
+                (Started, 3),
+                (Failed, 3)
+            ],
+            "events number attempts from 1, as the execution's attempts"
+        );
+    }
     let error = done.error.unwrap();
     assert_eq!(
         (error.kind.as_str(), error.exception_type.as_str()),

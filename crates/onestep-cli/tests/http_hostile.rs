@@ -12,6 +12,8 @@
 mod corpus;
 #[path = "http_hostile/route.rs"]
 mod route;
+#[path = "http_hostile/slow.rs"]
+mod slow;
 #[path = "http_hostile/wire.rs"]
 mod wire;
 
@@ -143,8 +145,14 @@ struct Server {
 
 impl Server {
     fn start(store: &Store, namespace: &str, allow: &[&str]) -> Self {
+        Self::start_with(store, namespace, allow, &[])
+    }
+
+    /// [`Server::start`] with more `onestep serve` arguments.
+    fn start_with(store: &Store, namespace: &str, allow: &[&str], extra: &[&str]) -> Self {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_onestep"));
         cmd.args(["serve", "--dsn", &store.dsn, "--namespace", namespace])
+            .args(extra)
             .args(["--listen", "127.0.0.1:0", "--table", &store.table])
             .args(["--attempts-table", &store.attempts])
             .env_remove("ONESTEP_API_TOKEN")

@@ -47,11 +47,11 @@
 pub mod client;
 mod error;
 mod openapi;
+pub mod server;
 mod view;
 pub mod webhook;
 
 use std::collections::BTreeSet;
-use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
@@ -648,16 +648,7 @@ pub async fn bind(addr: &str) -> std::io::Result<tokio::net::TcpListener> {
     })
 }
 
-/// Serves `router` on `listener` until `shutdown` completes (in-flight requests finish).
-pub async fn serve(
-    listener: tokio::net::TcpListener,
-    router: Router,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    axum::serve(listener, router)
-        .with_graceful_shutdown(shutdown)
-        .await
-}
+pub use server::{ServerLimits, serve, serve_with};
 
 /// This crate's version.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

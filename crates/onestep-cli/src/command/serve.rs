@@ -36,6 +36,20 @@ pub struct ServeArgs {
     /// Seconds a client has to send a whole request body; 408 after that.
     #[arg(long, default_value = "30", value_parser = positive_seconds)]
     body_timeout_s: std::time::Duration,
+    /// Seconds a client has to send a request head (request line and headers), counted from its
+    /// first byte or from connecting; 408 and the connection closed after that.
+    #[arg(long, default_value = "10", value_parser = positive_seconds)]
+    header_timeout_s: std::time::Duration,
+    /// Seconds a kept-alive connection may wait for its next request before it is closed.
+    #[arg(long, default_value = "60", value_parser = positive_seconds)]
+    idle_timeout_s: std::time::Duration,
+    /// Connections served at once; more are answered 503 (Retry-After: 1) and closed. Default:
+    /// 4096, or the open-file limit less 256 when that is lower.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    max_connections: Option<u32>,
+    /// Requests handled at once; more are answered 503 (Retry-After: 1).
+    #[arg(long, default_value = "512", value_parser = clap::value_parser!(u32).range(1..))]
+    max_in_flight: u32,
 }
 
 /// Parses `--body-timeout-s`: a number of seconds above 0 that fits a duration.
@@ -77,7 +91,15 @@ async fn serve<D: Dialect>(args: &ServeArgs) -> anyhow::Result<()> {
         "serving http://{addr}/v1/executions (namespace {})",
         args.namespace
     );
-    onestep_http::serve(listener, api.router(), shutdown_signal()).await?;
+    let mut limits = onestep_http::ServerLimits::default()
+        .header_timeout(args.header_timeout_s)?
+        .idle_timeout(args.idle_timeout_s)?
+        .max_in_flight(args.max_in_flight as usize)?;
+    if let Some(max) = args.max_connections {
+        limits = limits.max_connections(max as usize)?;
+    }
+    tracing::debug!(?limits, "connection limits");
+    onestep_http::server::serve_with(listener, api.router(), limits, shutdown_signal()).await?;
     Ok(())
 }
 

@@ -207,6 +207,40 @@ pub fn submit_cases(victim: &str, table: &str) -> Vec<Case> {
             "request body is not valid UTF-8",
         ));
     }
+    // Refused before the router (by hyper's parser), with the same JSON body as everything else.
+    for (what, raw, status, detail) in [
+        (
+            "the banner's <id> pasted literally",
+            http("GET", "/v1/executions/<id>", &[], None),
+            400,
+            "malformed HTTP request",
+        ),
+        (
+            "a header line without a colon",
+            b"GET /healthz HTTP/1.1\r\nHost: x\r\nno colon here\r\n\r\n".to_vec(),
+            400,
+            "malformed HTTP request",
+        ),
+        (
+            "a 70 KiB header",
+            http("GET", "/healthz", &[("X-Big", &"a".repeat(70_000))], None),
+            431,
+            "the request head is too large",
+        ),
+        (
+            "a 70 KiB path",
+            http(
+                "GET",
+                &format!("/v1/executions/{}", "a".repeat(70_000)),
+                &[],
+                None,
+            ),
+            431,
+            "the request head is too large",
+        ),
+    ] {
+        cases.push(case(what, raw, status, detail));
+    }
     // Python's `json.loads` reads a float literal beyond the f64 range as infinity, which the
     // reference then refuses; an integer longer than Python converts is refused too.
     let long_integer = format!(

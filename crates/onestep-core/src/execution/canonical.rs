@@ -16,12 +16,12 @@
 
 use super::codec::number::{PyNumber, classify};
 use serde_json::Value;
-use std::fmt::Write as _;
+use std::fmt::Write;
 
 /// Returns the canonical JSON text of `value` (Python `json.dumps` with
 /// `sort_keys=True, separators=(",", ":"), ensure_ascii=True`).
 pub fn canonical_json(value: &Value) -> String {
-    let mut out = String::new();
+    let mut out = String::with_capacity(64);
     write_value(&mut out, value);
     out
 }
@@ -29,7 +29,19 @@ pub fn canonical_json(value: &Value) -> String {
 /// Returns the length in bytes of [`canonical_json`] of `value`, the size
 /// the reference compares against its payload/metadata/result limits.
 pub fn canonical_size(value: &Value) -> usize {
-    canonical_json(value).len()
+    let mut size = Size(0);
+    write_value(&mut size, value);
+    size.0
+}
+
+/// Counts the bytes written instead of keeping them.
+struct Size(usize);
+
+impl Write for Size {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        self.0 += s.len();
+        Ok(())
+    }
 }
 
 /// Formats a float exactly like Python's `repr(float)`; non-finite values
@@ -171,66 +183,78 @@ fn break_tie_to_even(abs: f64, digits: String, exponent: i32) -> String {
 }
 
 /// Appends `text` as a JSON string literal with Python's `ensure_ascii` escapes.
-pub(crate) fn write_string(out: &mut String, text: &str) {
-    out.push('"');
-    for c in text.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '\u{08}' => out.push_str("\\b"),
-            '\u{0c}' => out.push_str("\\f"),
-            ' '..='~' => out.push(c),
-            _ => {
-                let mut units = [0u16; 2];
-                for unit in c.encode_utf16(&mut units) {
-                    let _ = write!(out, "\\u{unit:04x}");
-                }
+pub(crate) fn write_string<W: Write>(out: &mut W, text: &str) {
+    let _ = out.write_char('"');
+    // Runs of characters that need no escape are written at once.
+    let mut plain = 0;
+    for (at, c) in text.char_indices() {
+        let escaped = match c {
+            '"' => "\\\"",
+            '\\' => "\\\\",
+            '\n' => "\\n",
+            '\r' => "\\r",
+            '\t' => "\\t",
+            '\u{08}' => "\\b",
+            '\u{0c}' => "\\f",
+            ' '..='~' => continue,
+            _ => "",
+        };
+        let _ = out.write_str(&text[plain..at]);
+        plain = at + c.len_utf8();
+        if escaped.is_empty() {
+            let mut units = [0u16; 2];
+            for unit in c.encode_utf16(&mut units) {
+                let _ = write!(out, "\\u{unit:04x}");
             }
+        } else {
+            let _ = out.write_str(escaped);
         }
     }
-    out.push('"');
+    let _ = out.write_str(&text[plain..]);
+    let _ = out.write_char('"');
 }
 
-fn write_value(out: &mut String, value: &Value) {
+fn write_value<W: Write>(out: &mut W, value: &Value) {
     match value {
-        Value::Null => out.push_str("null"),
-        Value::Bool(true) => out.push_str("true"),
-        Value::Bool(false) => out.push_str("false"),
+        Value::Null => push(out, "null"),
+        Value::Bool(true) => push(out, "true"),
+        Value::Bool(false) => push(out, "false"),
         Value::Number(number) => match classify(number) {
-            PyNumber::Int(digits) => out.push_str(&digits),
-            PyNumber::Float(float) => out.push_str(&python_float_repr(float)),
+            PyNumber::Int(digits) => push(out, &digits),
+            PyNumber::Float(float) => push(out, &python_float_repr(float)),
         },
         Value::String(text) => write_string(out, text),
         Value::Array(items) => {
-            out.push('[');
+            push(out, "[");
             for (index, item) in items.iter().enumerate() {
                 if index > 0 {
-                    out.push(',');
+                    push(out, ",");
                 }
                 write_value(out, item);
             }
-            out.push(']');
+            push(out, "]");
         }
         Value::Object(map) => {
-            // Sort explicitly: the map may preserve insertion order when
-            // serde_json's `preserve_order` feature is enabled elsewhere.
+            // Sort explicitly: the workspace's `serde_json` keeps insertion order.
             let mut entries: Vec<(&String, &Value)> = map.iter().collect();
             entries.sort_by(|a, b| a.0.cmp(b.0));
-            out.push('{');
+            push(out, "{");
             for (index, (key, item)) in entries.into_iter().enumerate() {
                 if index > 0 {
-                    out.push(',');
+                    push(out, ",");
                 }
                 write_string(out, key);
-                out.push(':');
+                push(out, ":");
                 write_value(out, item);
             }
-            out.push('}');
+            push(out, "}");
         }
     }
+}
+
+/// Writes `text`; writing to a `String` or a [`Size`] cannot fail.
+fn push<W: Write>(out: &mut W, text: &str) {
+    let _ = out.write_str(text);
 }
 
 #[cfg(test)]

@@ -3,14 +3,14 @@
 use super::super::pycompat::{
     PyDateTime, PyDecimal, py_b64decode_strict, py_fromisoformat, py_uuid_from_str,
 };
-use super::{CodecError, TAG, decode_error, pointer, shown};
+use super::{CodecError, Path, TAG, decode_error};
 use serde_json::{Map, Value};
 
 pub(super) fn require_fields(
     payload: &Map<String, Value>,
     type_name: &str,
     fields: &[&str],
-    path: &str,
+    path: &Path<'_>,
 ) -> Result<(), CodecError> {
     let matches = payload.len() == fields.len() + 1
         && payload.contains_key("type")
@@ -20,7 +20,7 @@ pub(super) fn require_fields(
     } else {
         Err(decode_error(format!(
             "invalid {type_name} tag fields at {}",
-            shown(path)
+            path
         )))
     }
 }
@@ -32,20 +32,20 @@ pub(super) fn field<'a>(payload: &'a Map<String, Value>, name: &str) -> &'a Valu
 pub(super) fn string_value<'a>(
     payload: &'a Map<String, Value>,
     type_name: &str,
-    path: &str,
+    path: &Path<'_>,
 ) -> Result<&'a str, CodecError> {
     field(payload, "value")
         .as_str()
-        .ok_or_else(|| decode_error(format!("invalid {type_name} tag at {}", shown(path))))
+        .ok_or_else(|| decode_error(format!("invalid {type_name} tag at {}", path)))
 }
 
 /// Validates a `datetime` tag payload; returns the parsed value and fold.
 pub(super) fn check_datetime(
     payload: &Map<String, Value>,
-    path: &str,
+    path: &Path<'_>,
 ) -> Result<(PyDateTime, u8), CodecError> {
     require_fields(payload, "datetime", &["value", "fold"], path)?;
-    let invalid = || decode_error(format!("invalid datetime tag at {}", shown(path)));
+    let invalid = || decode_error(format!("invalid datetime tag at {}", path));
     let text = field(payload, "value").as_str().ok_or_else(invalid)?;
     // Python tests `fold not in {0, 1}`: bools and 0.0/1.0 pass that test,
     // lists and dicts are unhashable (TypeError).
@@ -74,21 +74,27 @@ pub(super) fn check_datetime(
     Ok((parsed, fold))
 }
 
-pub(super) fn check_uuid(payload: &Map<String, Value>, path: &str) -> Result<u128, CodecError> {
+pub(super) fn check_uuid(
+    payload: &Map<String, Value>,
+    path: &Path<'_>,
+) -> Result<u128, CodecError> {
     require_fields(payload, "uuid", &["value"], path)?;
     py_uuid_from_str(string_value(payload, "uuid", path)?).map_err(CodecError::Decode)
 }
 
-pub(super) fn check_bytes(payload: &Map<String, Value>, path: &str) -> Result<Vec<u8>, CodecError> {
+pub(super) fn check_bytes(
+    payload: &Map<String, Value>,
+    path: &Path<'_>,
+) -> Result<Vec<u8>, CodecError> {
     require_fields(payload, "bytes", &["value"], path)?;
     let text = string_value(payload, "bytes", path)?;
     py_b64decode_strict(text, false)
-        .map_err(|_| decode_error(format!("invalid bytes tag at {}", shown(path))))
+        .map_err(|_| decode_error(format!("invalid bytes tag at {}", path)))
 }
 
 pub(super) fn check_decimal(
     payload: &Map<String, Value>,
-    path: &str,
+    path: &Path<'_>,
 ) -> Result<PyDecimal, CodecError> {
     require_fields(payload, "decimal", &["value"], path)?;
     PyDecimal::parse(string_value(payload, "decimal", path)?).map_err(CodecError::Decode)
@@ -97,27 +103,24 @@ pub(super) fn check_decimal(
 /// `_resolve_loaded_type` as far as Rust can follow it (no class lookup).
 pub(super) fn check_recorded_type(
     payload: &Map<String, Value>,
-    path: &str,
+    path: &Path<'_>,
 ) -> Result<(), CodecError> {
     let (Some(_module), Some(qualname)) = (
         field(payload, "module").as_str(),
         field(payload, "qualname").as_str(),
     ) else {
-        return Err(decode_error(format!(
-            "invalid recorded type at {}",
-            shown(path)
-        )));
+        return Err(decode_error(format!("invalid recorded type at {}", path)));
     };
     if qualname.split('.').any(|part| part == "<locals>") {
         return Err(decode_error(format!(
             "local recorded type is not replayable at {}",
-            shown(path)
+            path
         )));
     }
     Ok(())
 }
 
-pub(super) fn check_enum(payload: &Map<String, Value>, path: &str) -> Result<(), CodecError> {
+pub(super) fn check_enum(payload: &Map<String, Value>, path: &Path<'_>) -> Result<(), CodecError> {
     require_fields(
         payload,
         "enum",
@@ -128,7 +131,7 @@ pub(super) fn check_enum(payload: &Map<String, Value>, path: &str) -> Result<(),
     if !field(payload, "name").is_string() {
         return Err(decode_error(format!(
             "recorded type is not an enum at {}",
-            shown(path)
+            path
         )));
     }
     Ok(())
@@ -137,7 +140,7 @@ pub(super) fn check_enum(payload: &Map<String, Value>, path: &str) -> Result<(),
 /// Validates a `namedtuple` payload's shape; returns its fields and values.
 pub(super) fn check_namedtuple<'a>(
     payload: &'a Map<String, Value>,
-    path: &str,
+    path: &Path<'_>,
 ) -> Result<(Vec<&'a str>, &'a [Value]), CodecError> {
     require_fields(
         payload,
@@ -146,7 +149,7 @@ pub(super) fn check_namedtuple<'a>(
         path,
     )?;
     check_recorded_type(payload, path)?;
-    let changed = || decode_error(format!("namedtuple definition changed at {}", shown(path)));
+    let changed = || decode_error(format!("namedtuple definition changed at {}", path));
     let fields = field(payload, "fields").as_array().ok_or_else(changed)?;
     let names = fields
         .iter()
@@ -163,24 +166,24 @@ pub(super) fn check_namedtuple<'a>(
 pub(super) fn check_sequence<'a>(
     payload: &'a Map<String, Value>,
     type_name: &str,
-    path: &str,
+    path: &Path<'_>,
 ) -> Result<&'a [Value], CodecError> {
     require_fields(payload, type_name, &["values"], path)?;
     field(payload, "values")
         .as_array()
         .map(Vec::as_slice)
-        .ok_or_else(|| decode_error(format!("invalid {type_name} tag at {}", shown(path))))
+        .ok_or_else(|| decode_error(format!("invalid {type_name} tag at {}", path)))
 }
 
 /// Validates a `mapping` payload's items; returns `(key, value)` pairs.
 pub(super) fn check_mapping<'a>(
     payload: &'a Map<String, Value>,
-    path: &str,
+    path: &Path<'_>,
 ) -> Result<Vec<(&'a str, &'a Value)>, CodecError> {
     require_fields(payload, "mapping", &["items"], path)?;
     let items = field(payload, "items")
         .as_array()
-        .ok_or_else(|| decode_error(format!("invalid mapping tag at {}", shown(path))))?;
+        .ok_or_else(|| decode_error(format!("invalid mapping tag at {}", path)))?;
     let mut pairs: Vec<(&str, &Value)> = Vec::with_capacity(items.len());
     for (index, item) in items.iter().enumerate() {
         let pair = match item.as_array().map(Vec::as_slice) {
@@ -190,7 +193,7 @@ pub(super) fn check_mapping<'a>(
             _ => {
                 return Err(decode_error(format!(
                     "invalid mapping item at {}",
-                    pointer(path, &index.to_string())
+                    path.index(index)
                 )));
             }
         };

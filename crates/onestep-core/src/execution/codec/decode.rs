@@ -10,7 +10,7 @@ use super::check::{
     check_uuid, encoded_is_hashable, field, require_fields,
 };
 use super::number::{self, PyNumber};
-use super::{CodecError, TAG, decode_error, new_tag, pointer, shown};
+use super::{CodecError, Path, TAG, decode_error, new_tag, with_field};
 
 /// Validates an encoded value exactly like Python's `decode_value` and returns its Rust view:
 /// the same value, tags included, with floats spelled as `serde_json` prints an `f64` (see the
@@ -28,17 +28,17 @@ use super::{CodecError, TAG, decode_error, new_tag, pointer, shown};
 /// assert_eq!(decode_value(&bad).unwrap_err().to_string(), "badly formed hexadecimal UUID string");
 /// ```
 pub fn decode_value(value: &Value) -> Result<Value, CodecError> {
-    decode_at(value, "")
+    decode_at(value, &Path::Root)
 }
 
-pub(super) fn decode_at(value: &Value, path: &str) -> Result<Value, CodecError> {
+pub(super) fn decode_at(value: &Value, path: &Path<'_>) -> Result<Value, CodecError> {
     match value {
         Value::Null | Value::Bool(_) | Value::String(_) => Ok(value.clone()),
         Value::Number(n) => {
             if let PyNumber::Float(float) = number::classify(n)
                 && !float.is_finite()
             {
-                return Err(decode_error(format!("non-finite float at {}", shown(path))));
+                return Err(decode_error(format!("non-finite float at {}", path)));
             }
             Ok(Value::Number(number::rust_view(n).into_owned()))
         }
@@ -47,43 +47,35 @@ pub(super) fn decode_at(value: &Value, path: &str) -> Result<Value, CodecError> 
             if !map.contains_key(TAG) {
                 let mut out = Map::with_capacity(map.len());
                 for (key, item) in map {
-                    out.insert(key.clone(), decode_at(item, &pointer(path, key))?);
+                    out.insert(key.clone(), decode_at(item, &path.key(key))?);
                 }
                 return Ok(Value::Object(out));
             }
             match map.get(TAG) {
                 Some(Value::Object(payload)) if map.len() == 1 => decode_tag(value, payload, path),
-                _ => Err(decode_error(format!(
-                    "invalid extension tag at {}",
-                    shown(path)
-                ))),
+                _ => Err(decode_error(format!("invalid extension tag at {}", path))),
             }
         }
     }
 }
 
-fn decode_items(items: &[Value], path: &str) -> Result<Vec<Value>, CodecError> {
+fn decode_items(items: &[Value], path: &Path<'_>) -> Result<Vec<Value>, CodecError> {
     items
         .iter()
         .enumerate()
-        .map(|(index, item)| decode_at(item, &pointer(path, &index.to_string())))
+        .map(|(index, item)| decode_at(item, &path.index(index)))
         .collect()
 }
 
-/// A tag with one field replaced by its decoded form, the other fields as stored.
-fn with_field(payload: &Map<String, Value>, name: &str, decoded: Value) -> Value {
-    let mut out = payload.clone();
-    out.insert(name.to_owned(), decoded);
-    let mut outer = Map::with_capacity(1);
-    outer.insert(TAG.to_owned(), Value::Object(out));
-    Value::Object(outer)
-}
-
-fn decode_tag(tag: &Value, payload: &Map<String, Value>, path: &str) -> Result<Value, CodecError> {
+fn decode_tag(
+    tag: &Value,
+    payload: &Map<String, Value>,
+    path: &Path<'_>,
+) -> Result<Value, CodecError> {
     let Some(type_name) = field(payload, "type").as_str() else {
         return Err(decode_error(format!(
             "extension type must be a string at {}",
-            shown(path)
+            path
         )));
     };
     match type_name {
@@ -97,7 +89,7 @@ fn decode_tag(tag: &Value, payload: &Map<String, Value>, path: &str) -> Result<V
             if type_name != "tuple" && !items.iter().all(encoded_is_hashable) {
                 return Err(decode_error(format!(
                     "unhashable {type_name} member at {}",
-                    shown(path)
+                    path
                 )));
             }
             Ok(with_field(payload, "values", Value::Array(decoded)))
@@ -105,7 +97,7 @@ fn decode_tag(tag: &Value, payload: &Map<String, Value>, path: &str) -> Result<V
         "mapping" => decode_mapping(payload, path),
         "enum" => {
             check_enum(payload, path)?;
-            let decoded = decode_at(field(payload, "value"), &pointer(path, "value"))?;
+            let decoded = decode_at(field(payload, "value"), &path.key("value"))?;
             Ok(with_field(payload, "value", decoded))
         }
         "namedtuple" => {
@@ -113,37 +105,37 @@ fn decode_tag(tag: &Value, payload: &Map<String, Value>, path: &str) -> Result<V
             let decoded = names
                 .iter()
                 .zip(values)
-                .map(|(name, item)| decode_at(item, &pointer(path, name)))
+                .map(|(name, item)| decode_at(item, &path.key(name)))
                 .collect::<Result<Vec<_>, _>>()?;
             Ok(with_field(payload, "values", Value::Array(decoded)))
         }
         other => Err(decode_error(format!(
             "unknown extension type {} at {}",
             py_repr_str(other),
-            shown(path)
+            path
         ))),
     }
 }
 
 /// Decodes mapping items one by one, in their order, so that an invalid later item is reported
 /// only after earlier values decoded (Python's order). The items keep their order.
-fn decode_mapping(payload: &Map<String, Value>, path: &str) -> Result<Value, CodecError> {
+fn decode_mapping(payload: &Map<String, Value>, path: &Path<'_>) -> Result<Value, CodecError> {
     require_fields(payload, "mapping", &["items"], path)?;
     let items = field(payload, "items")
         .as_array()
-        .ok_or_else(|| decode_error(format!("invalid mapping tag at {}", shown(path))))?;
+        .ok_or_else(|| decode_error(format!("invalid mapping tag at {}", path)))?;
     let mut seen = HashSet::with_capacity(items.len());
     let mut out = Vec::with_capacity(items.len());
     for (index, item) in items.iter().enumerate() {
         match item.as_array().map(Vec::as_slice) {
             Some([Value::String(key), value]) if seen.insert(key.as_str()) => {
-                let decoded = decode_at(value, &pointer(path, key))?;
+                let decoded = decode_at(value, &path.key(key))?;
                 out.push(Value::Array(vec![Value::String(key.clone()), decoded]));
             }
             _ => {
                 return Err(decode_error(format!(
                     "invalid mapping item at {}",
-                    pointer(path, &index.to_string())
+                    path.index(index)
                 )));
             }
         }

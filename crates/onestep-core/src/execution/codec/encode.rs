@@ -10,7 +10,7 @@ use super::check::{
 };
 use super::number::{self, MAX_INT_DIGITS, Unstorable};
 use super::scalar::{bytes_tag, uuid_tag};
-use super::{CodecError, TAG, new_tag, pointer, shown, wrap_tag};
+use super::{CodecError, Path, TAG, new_tag, with_field};
 
 /// What an object with a `"$onestep"` key means to the encoder.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,7 +51,7 @@ enum Input {
 /// );
 /// ```
 pub fn encode_value(value: &Value) -> Result<Value, CodecError> {
-    encode_at(value, "", Input::RustView)
+    encode_at(value, &Path::Root, Input::RustView)
 }
 
 /// Encodes plain JSON the way Python encodes what `json.loads` gives for it: like
@@ -68,19 +68,19 @@ pub fn encode_value(value: &Value) -> Result<Value, CodecError> {
 /// assert_eq!(stored["$onestep"]["type"], "mapping");
 /// ```
 pub fn encode_plain_json(value: &Value) -> Result<Value, CodecError> {
-    encode_at(value, "", Input::Plain)
+    encode_at(value, &Path::Root, Input::Plain)
 }
 
-fn encode_number(value: &serde_json::Number, path: &str) -> Result<Value, CodecError> {
+fn encode_number(value: &serde_json::Number, path: &Path<'_>) -> Result<Value, CodecError> {
     match number::stored(value) {
         Ok(stored) => Ok(Value::Number(stored.into_owned())),
         Err(Unstorable::NonFinite) => Err(CodecError::Encode {
-            path: shown(path).to_owned(),
+            path: path.to_string(),
             type_name: "builtins.float".to_owned(),
             reason: "non-finite float".to_owned(),
         }),
         Err(Unstorable::TooManyDigits(digits)) => Err(CodecError::Encode {
-            path: shown(path).to_owned(),
+            path: path.to_string(),
             type_name: "builtins.int".to_owned(),
             reason: format!(
                 "{digits} digits exceed the limit ({MAX_INT_DIGITS} digits) for integer string \
@@ -90,14 +90,14 @@ fn encode_number(value: &serde_json::Number, path: &str) -> Result<Value, CodecE
     }
 }
 
-fn encode_at(value: &Value, path: &str, input: Input) -> Result<Value, CodecError> {
+fn encode_at(value: &Value, path: &Path<'_>, input: Input) -> Result<Value, CodecError> {
     match value {
         Value::Null | Value::Bool(_) | Value::String(_) => Ok(value.clone()),
         Value::Number(n) => encode_number(n, path),
         Value::Array(items) => items
             .iter()
             .enumerate()
-            .map(|(index, item)| encode_at(item, &pointer(path, &index.to_string()), input))
+            .map(|(index, item)| encode_at(item, &path.index(index), input))
             .collect::<Result<Vec<_>, _>>()
             .map(Value::Array),
         Value::Object(map) => {
@@ -112,14 +112,14 @@ fn encode_at(value: &Value, path: &str, input: Input) -> Result<Value, CodecErro
                 for (key, item) in map {
                     items.push(Value::Array(vec![
                         Value::String(key.clone()),
-                        encode_at(item, &pointer(path, key), input)?,
+                        encode_at(item, &path.key(key), input)?,
                     ]));
                 }
                 return Ok(new_tag("mapping", vec![("items", Value::Array(items))]));
             }
             let mut out = Map::with_capacity(map.len());
             for (key, item) in map {
-                out.insert(key.clone(), encode_at(item, &pointer(path, key), input)?);
+                out.insert(key.clone(), encode_at(item, &path.key(key), input)?);
             }
             Ok(Value::Object(out))
         }
@@ -127,14 +127,12 @@ fn encode_at(value: &Value, path: &str, input: Input) -> Result<Value, CodecErro
 }
 
 /// Encodes a candidate tag of the Rust view; `Ok(None)` when it is not a valid tag.
-fn encode_tag(payload: &Map<String, Value>, path: &str) -> Result<Option<Value>, CodecError> {
+fn encode_tag(payload: &Map<String, Value>, path: &Path<'_>) -> Result<Option<Value>, CodecError> {
     let Some(type_name) = field(payload, "type").as_str() else {
         return Ok(None);
     };
-    let nested =
-        |item: &Value, token: &str| encode_at(item, &pointer(path, token), Input::RustView);
-    let mut out = payload.clone();
-    match type_name {
+    let nested = |item: &Value, token: &str| encode_at(item, &path.key(token), Input::RustView);
+    let (name, encoded) = match type_name {
         // Scalar tags are re-emitted in the form Python writes for the value it decodes, so a
         // valid but non-canonical spelling (`6F1C…`, `1e2`, a space separator) stores and
         // hashes exactly as the reference would.
@@ -166,12 +164,13 @@ fn encode_tag(payload: &Map<String, Value>, path: &str) -> Result<Option<Value>,
             };
             let mut encoded = Vec::with_capacity(items.len());
             for (index, item) in items.iter().enumerate() {
-                let token = if type_name == "tuple" {
-                    index.to_string()
+                // Python names a tuple member by its index and any set member `set`.
+                let at = if type_name == "tuple" {
+                    path.index(index)
                 } else {
-                    "set".to_owned()
+                    path.key("set")
                 };
-                encoded.push(nested(item, &token)?);
+                encoded.push(encode_at(item, &at, Input::RustView)?);
             }
             if type_name != "tuple" {
                 if !encoded.iter().all(encoded_is_hashable) {
@@ -184,7 +183,7 @@ fn encode_tag(payload: &Map<String, Value>, path: &str) -> Result<Option<Value>,
                 keyed.sort_by(|a, b| a.0.cmp(&b.0));
                 encoded = keyed.into_iter().map(|(_, item)| item).collect();
             }
-            out.insert("values".to_owned(), Value::Array(encoded));
+            ("values", Value::Array(encoded))
         }
         "mapping" => {
             let Ok(pairs) = check_mapping(payload, path) else {
@@ -197,16 +196,13 @@ fn encode_tag(payload: &Map<String, Value>, path: &str) -> Result<Option<Value>,
                     nested(item, key)?,
                 ]));
             }
-            out.insert("items".to_owned(), Value::Array(items));
+            ("items", Value::Array(items))
         }
         "enum" => {
             if check_enum(payload, path).is_err() {
                 return Ok(None);
             }
-            out.insert(
-                "value".to_owned(),
-                nested(field(payload, "value"), "value")?,
-            );
+            ("value", nested(field(payload, "value"), "value")?)
         }
         "namedtuple" => {
             let Ok((names, values)) = check_namedtuple(payload, path) else {
@@ -216,9 +212,9 @@ fn encode_tag(payload: &Map<String, Value>, path: &str) -> Result<Option<Value>,
             for (name, item) in names.iter().zip(values) {
                 encoded.push(nested(item, name)?);
             }
-            out.insert("values".to_owned(), Value::Array(encoded));
+            ("values", Value::Array(encoded))
         }
         _ => return Ok(None),
-    }
-    Ok(Some(wrap_tag(out)))
+    };
+    Ok(Some(with_field(payload, name, encoded)))
 }

@@ -3,7 +3,7 @@
 
 use super::super::pycompat::{PyDateTime, PyDecimal, py_fromisoformat, py_isoformat};
 use super::check::{check_bytes, check_datetime, check_decimal, check_uuid, field};
-use super::{CodecError, TAG, new_tag};
+use super::{CodecError, Path, TAG, new_tag};
 use serde_json::{Map, Value};
 
 /// Reads the payload of a tag of the expected type from a JSON value.
@@ -82,7 +82,7 @@ pub fn datetime_tag(value: time::OffsetDateTime) -> Result<Value, String> {
 /// and offsets with fractional seconds.
 pub fn datetime_from_tag(value: &Value) -> Result<time::OffsetDateTime, String> {
     let payload = expect_tag(value, "datetime")?;
-    let (parsed, _fold) = check_datetime(payload, "").map_err(|e| e.to_string())?;
+    let (parsed, _fold) = check_datetime(payload, &Path::Root).map_err(|e| e.to_string())?;
     to_offset_date_time(&parsed)
 }
 
@@ -108,7 +108,7 @@ pub fn uuid_tag(value: ::uuid::Uuid) -> Value {
 /// `uuid.UUID(str)` accepts (braces, `urn:uuid:`, no hyphens, upper case).
 pub fn uuid_from_tag(value: &Value) -> Result<::uuid::Uuid, String> {
     let payload = expect_tag(value, "uuid")?;
-    check_uuid(payload, "")
+    check_uuid(payload, &Path::Root)
         .map(::uuid::Uuid::from_u128)
         .map_err(|e| e.to_string())
 }
@@ -128,7 +128,7 @@ pub fn bytes_tag(value: &[u8]) -> Value {
 /// Reads bytes from a `bytes` tag with Python's strict base64 rules.
 pub fn bytes_from_tag(value: &Value) -> Result<Vec<u8>, String> {
     let payload = expect_tag(value, "bytes")?;
-    check_bytes(payload, "").map_err(|e| e.to_string())
+    check_bytes(payload, &Path::Root).map_err(|e| e.to_string())
 }
 
 /// The `decimal` tag for a decimal literal. The literal is validated like
@@ -146,7 +146,7 @@ pub fn decimal_tag(literal: &str) -> Result<Value, String> {
 /// Reads a `decimal` tag as the normalised literal `str(Decimal(value))`.
 pub fn decimal_from_tag(value: &Value) -> Result<String, String> {
     let payload = expect_tag(value, "decimal")?;
-    check_decimal(payload, "")
+    check_decimal(payload, &Path::Root)
         .map(|decimal| decimal.to_py_string())
         .map_err(|e| e.to_string())
 }

@@ -492,3 +492,30 @@ fn quickstart_says_clearly_when_its_port_is_taken() {
         text(&o)
     );
 }
+
+/// A name with a control character would be printed raw by logs and `onestep executions`: YAML
+/// refuses it like the HTTP API and the Rust client do.
+#[test]
+fn check_refuses_control_characters_in_names_and_namespaces() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("cc.db");
+    for (yaml, expected) in [
+        (
+            format!(
+                "apiVersion: onestep/v1alpha1\nkind: App\napp: {{name: demo}}\nresources:\n  db: {{type: sqlite, dsn: \"sqlite://{}\"}}\n  jobs: {{type: sqlite_execution_source, connector: db, namespace: \"de\\emo\", task_names: [work]}}\ntasks:\n  - {{name: work, source: jobs, handler: onestep:echo}}\n",
+                db.display()
+            ),
+            "resources.jobs.namespace must not contain control characters; found U+001B at character 3",
+        ),
+        (
+            "apiVersion: onestep/v1alpha1\nkind: App\napp: {name: demo}\nresources:\n  q: {type: memory, maxsize: 1}\ntasks:\n  - {name: \"wo\\nrk\", source: q, handler: onestep:echo}\n".to_owned(),
+            "tasks[0].name must not contain control characters; found U+000A at character 3",
+        ),
+    ] {
+        let path = dir.path().join("names.yaml");
+        std::fs::write(&path, yaml).unwrap();
+        let o = onestep(&["check", "--strict", path.to_str().unwrap()]);
+        assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+        assert!(text(&o).contains(expected), "{}", text(&o));
+    }
+}

@@ -463,6 +463,19 @@ impl Task {
                 "must be a non-empty string",
             ));
         }
+        if let Some((at, c)) = self.name.chars().enumerate().find(|(_, c)| c.is_control()) {
+            // The name is printed raw by logs and tools: an escape sequence would rewrite a
+            // terminal. `{:?}` shows it escaped.
+            return Err(Error::invalid(
+                format!("tasks[{index}].name"),
+                format!(
+                    "must not contain control characters; found U+{:04X} at character {} of {:?}",
+                    u32::from(c),
+                    at + 1,
+                    self.name
+                ),
+            ));
+        }
         if self.concurrency < 1 {
             return Err(Error::invalid(
                 field("concurrency"),

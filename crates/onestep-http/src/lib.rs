@@ -44,6 +44,7 @@
 
 #![recursion_limit = "256"]
 
+mod body;
 pub mod client;
 mod error;
 mod openapi;
@@ -52,16 +53,15 @@ mod view;
 pub mod webhook;
 
 use std::collections::BTreeSet;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::body::{Body, Bytes, HttpBody};
+use axum::body::Body;
 use axum::extract::path::ErrorKind;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{DefaultBodyLimit, Path, RawQuery, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use onestep_core::execution::{
@@ -195,11 +195,26 @@ impl<B: ExecutionBackend + Clone + 'static> ExecutionApi<B> {
     /// The router.
     pub fn router(self) -> Router {
         let shared = Arc::new(self.shared);
-        Router::new()
+        let not_allowed = || async {
+            ApiError::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method not allowed; see /openapi.json",
+            )
+        };
+        // Authorization runs first on every /v1 route, whatever the method: a client without
+        // the token learns nothing about the routes, not even which methods exist (401, not 405).
+        let v1 = Router::new()
             .route("/v1/executions", post(submit::<B>).get(list::<B>))
             .route("/v1/executions/{id}", get(get_one::<B>))
             .route("/v1/executions/{id}/cancel", post(cancel::<B>))
             .route("/v1/executions/{id}/result", get(result::<B>))
+            .method_not_allowed_fallback(not_allowed)
+            .route_layer(axum::middleware::from_fn_with_state(
+                shared.clone(),
+                authorized::<B>,
+            ));
+        Router::new()
+            .merge(v1)
             .route("/healthz", get(health::<B>))
             .route(
                 "/openapi.json",
@@ -208,14 +223,28 @@ impl<B: ExecutionBackend + Clone + 'static> ExecutionApi<B> {
             .fallback(|| async {
                 ApiError::new(StatusCode::NOT_FOUND, "no such endpoint; see /openapi.json")
             })
-            .method_not_allowed_fallback(|| async {
-                ApiError::new(
-                    StatusCode::METHOD_NOT_ALLOWED,
-                    "method not allowed; see /openapi.json",
-                )
-            })
+            .method_not_allowed_fallback(not_allowed)
             .layer(DefaultBodyLimit::disable())
             .with_state(shared)
+    }
+}
+
+/// What the authorizer said of a request's caller, for the metadata injector.
+#[derive(Debug, Clone)]
+struct Principal(Value);
+
+/// Answers the authorizer's error (401) before any /v1 handler or method check runs.
+async fn authorized<B: ExecutionBackend + Clone + 'static>(
+    State(s): State<Arc<Shared<B>>>,
+    mut request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    match s.authorize(request.headers()) {
+        Ok(principal) => {
+            request.extensions_mut().insert(Principal(principal));
+            next.run(request).await
+        }
+        Err(err) => err.into_response(),
     }
 }
 
@@ -229,76 +258,6 @@ impl<B> Shared<B> {
             Some(a) => a(headers),
             None => Ok(Value::Null),
         }
-    }
-}
-
-/// Reads the whole body within `timeout` (else 408): 413 as soon as it (or its declared
-/// `Content-Length`) exceeds `limit`, 400 when it breaks off or its framing is broken.
-async fn read_body(body: Body, limit: usize, timeout: Duration) -> Result<Bytes, ApiError> {
-    tokio::time::timeout(timeout, read_body_untimed(body, limit))
-        .await
-        .unwrap_or_else(|_| {
-            Err(ApiError::new(
-                StatusCode::REQUEST_TIMEOUT,
-                format!(
-                    "the request body did not arrive within {} s",
-                    timeout.as_secs_f64()
-                ),
-            ))
-        })
-}
-
-async fn read_body_untimed(mut body: Body, limit: usize) -> Result<Bytes, ApiError> {
-    let too_large = || {
-        ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            format!("request body exceeds {limit} bytes"),
-        )
-    };
-    if body.size_hint().lower() > limit as u64 {
-        return Err(too_large());
-    }
-    let mut data = Vec::new();
-    while let Some(frame) = std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await {
-        let frame = frame.map_err(|e| {
-            ApiError::bad_request(format!("the request body could not be read: {e}"))
-        })?;
-        if let Ok(chunk) = frame.into_data() {
-            if data.len() + chunk.len() > limit {
-                return Err(too_large());
-            }
-            data.extend_from_slice(&chunk);
-        }
-    }
-    Ok(data.into())
-}
-
-/// Accepts a body declared as JSON (`application/json`, `application/…+json`) or not declared
-/// at all (as FastAPI does); anything else is 415.
-fn require_json(headers: &HeaderMap) -> Result<(), ApiError> {
-    let Some(value) = headers.get(header::CONTENT_TYPE) else {
-        return Ok(());
-    };
-    let mime = value
-        .to_str()
-        .unwrap_or_default()
-        .split(';')
-        .next()
-        .unwrap_or_default()
-        .trim()
-        .to_ascii_lowercase();
-    let json =
-        mime == "application/json" || (mime.starts_with("application/") && mime.ends_with("+json"));
-    if json {
-        Ok(())
-    } else {
-        Err(ApiError::new(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            format!(
-                "Content-Type must be application/json, got {}",
-                quoted(&String::from_utf8_lossy(value.as_bytes()))
-            ),
-        ))
     }
 }
 
@@ -324,6 +283,15 @@ fn clipped(list: &str) -> String {
 }
 
 /// Rejects a text field holding U+0000 (the core's rule, checked here so it comes first).
+/// Rejects a name (a task name) holding U+0000 or another control character, before the
+/// allowlist is consulted, so the answer names the real problem.
+fn checked_name(field: &str, text: &str) -> Result<(), ApiError> {
+    no_nul_text(field, text)?;
+    Ok(onestep_core::execution::record::reject_control(
+        field, text,
+    )?)
+}
+
 fn no_nul_text(field: &str, text: &str) -> Result<(), ApiError> {
     Ok(stored::reject_nul(field, text)?)
 }
@@ -336,13 +304,6 @@ fn no_nul_text(field: &str, text: &str) -> Result<(), ApiError> {
 /// keeps the API's error order; the client's own encoding then changes nothing.
 fn stored_value(field: &str, value: &Value) -> Result<Value, ApiError> {
     Ok(stored::encode_plain_storable(field, value)?)
-}
-
-fn parse_json(bytes: &[u8]) -> Result<Value, ApiError> {
-    let text = std::str::from_utf8(bytes)
-        .map_err(|_| ApiError::bad_request("request body is not valid UTF-8"))?;
-    serde_json::from_str(text)
-        .map_err(|e| ApiError::bad_request(format!("malformed JSON body: {e}")))
 }
 
 fn id_of(path: Result<Path<String>, PathRejection>) -> Result<uuid::Uuid, ApiError> {
@@ -366,10 +327,10 @@ const SUBMIT_FIELDS: [&str; 5] = ["task_name", "payload", "metadata", "delay_s",
 
 async fn submit<B: ExecutionBackend + Clone + 'static>(
     State(s): State<Arc<Shared<B>>>,
+    axum::Extension(Principal(principal)): axum::Extension<Principal>,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let principal = s.authorize(&headers)?;
     let key = match headers.get("idempotency-key").map(|v| v.to_str()) {
         None => {
             return Err(ApiError::unprocessable(
@@ -378,12 +339,14 @@ async fn submit<B: ExecutionBackend + Clone + 'static>(
         }
         Some(Err(_)) => {
             return Err(ApiError::unprocessable(
-                "header Idempotency-Key must be visible ASCII",
+                "header Idempotency-Key must be printable ASCII (no control characters)",
             ));
         }
+        // Printable ASCII: a space inside is kept (a Python client may use "order 123" as a
+        // key, and the same key must reach the same execution here); control characters are not.
         Some(Ok(k)) if k.chars().any(|c| c.is_ascii_control()) => {
             return Err(ApiError::unprocessable(
-                "header Idempotency-Key must be visible ASCII",
+                "header Idempotency-Key must be printable ASCII (no control characters)",
             ));
         }
         Some(Ok(k)) if k.trim().is_empty() || k.chars().count() > 255 => {
@@ -394,8 +357,8 @@ async fn submit<B: ExecutionBackend + Clone + 'static>(
         }
         Some(Ok(k)) => k.trim().to_string(),
     };
-    require_json(&headers)?;
-    let body = parse_json(&read_body(body, s.max_body_bytes, s.body_timeout).await?)?;
+    body::require_json(&headers)?;
+    let body = body::parse_json(&body::read_body(body, s.max_body_bytes, s.body_timeout).await?)?;
     let Value::Object(mut body) = body else {
         return Err(ApiError::unprocessable(
             "request body must be a JSON object",
@@ -413,7 +376,7 @@ async fn submit<B: ExecutionBackend + Clone + 'static>(
         Some(_) => return Err(ApiError::unprocessable("task_name must be a string")),
         None => return Err(ApiError::unprocessable("task_name is required")),
     };
-    no_nul_text("task_name", &task)?;
+    checked_name("task_name", &task)?;
     if let Some(allowed) = s.allowed.as_ref().filter(|a| !a.contains(&task)) {
         let names: Vec<&str> = allowed.iter().map(String::as_str).collect();
         return Err(ApiError::unprocessable(format!(
@@ -512,18 +475,14 @@ fn parse_aware(text: &str) -> Result<OffsetDateTime, ApiError> {
 
 async fn list<B: ExecutionBackend + Clone + 'static>(
     State(s): State<Arc<Shared<B>>>,
-    headers: HeaderMap,
     RawQuery(query): RawQuery,
 ) -> Result<Response, ApiError> {
-    s.authorize(&headers)?;
-    let pairs: Vec<(String, String)> =
-        serde_urlencoded::from_str(query.as_deref().unwrap_or(""))
-            .map_err(|e| ApiError::bad_request(format!("malformed query string: {e}")))?;
+    let pairs = body::query_pairs(query.as_deref())?;
     let (mut task, mut status, mut limit, mut cursor) = (None, None, 50u32, None);
     for (k, v) in pairs {
         match k.as_str() {
             "task_name" => {
-                no_nul_text("task_name", &v)?;
+                checked_name("task_name", &v)?;
                 task = Some(v)
             }
             "status" => {
@@ -562,10 +521,8 @@ async fn list<B: ExecutionBackend + Clone + 'static>(
 
 async fn get_one<B: ExecutionBackend + Clone + 'static>(
     State(s): State<Arc<Shared<B>>>,
-    headers: HeaderMap,
     id: Result<Path<String>, PathRejection>,
 ) -> Result<Response, ApiError> {
-    s.authorize(&headers)?;
     match s.client.get(id_of(id)?).await? {
         Some(e) => Ok(axum::Json(execution_view(&e)).into_response()),
         None => Err(ApiError::new(StatusCode::NOT_FOUND, "execution not found")),
@@ -578,14 +535,13 @@ async fn cancel<B: ExecutionBackend + Clone + 'static>(
     id: Result<Path<String>, PathRejection>,
     body: Body,
 ) -> Result<Response, ApiError> {
-    s.authorize(&headers)?;
     let id = id_of(id)?;
-    let bytes = read_body(body, 16_384, s.body_timeout).await?;
+    let bytes = body::read_body(body, 16_384, s.body_timeout).await?;
     let reason = if bytes.iter().all(u8::is_ascii_whitespace) {
         None
     } else {
-        require_json(&headers)?;
-        match parse_json(&bytes)? {
+        body::require_json(&headers)?;
+        match body::parse_json(&bytes)? {
             Value::Object(m) => {
                 if let Some(unknown) = m.keys().find(|k| *k != "reason") {
                     return Err(ApiError::unprocessable(format!(
@@ -619,10 +575,8 @@ async fn cancel<B: ExecutionBackend + Clone + 'static>(
 
 async fn result<B: ExecutionBackend + Clone + 'static>(
     State(s): State<Arc<Shared<B>>>,
-    headers: HeaderMap,
     id: Result<Path<String>, PathRejection>,
 ) -> Result<Response, ApiError> {
-    s.authorize(&headers)?;
     let value: Value = s.client.result(id_of(id)?).await?;
     Ok(axum::Json(json!({"result": plain_json(&value)})).into_response())
 }

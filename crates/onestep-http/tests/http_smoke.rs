@@ -521,6 +521,57 @@ async fn a_bearer_token_guards_the_api_but_not_health() {
     .unwrap();
     assert_eq!(right.status, 200);
     assert_eq!(get(&addr, "/healthz").await.status, 200);
+    // A wrong method on a guarded route: 401 without the token (nothing about the routes
+    // leaks), 405 with it.
+    for (method, path) in [
+        ("DELETE", "/v1/executions"),
+        ("PUT", "/v1/executions/0b8b4cbe-9b4f-4f5b-9d8a-0a0b0c0d0e0f"),
+    ] {
+        let anonymous = request(&addr, method, path, &[], None).await.unwrap();
+        assert_eq!(anonymous.status, 401, "{method} {path}: {anonymous:?}");
+        let with = request(
+            &addr,
+            method,
+            path,
+            &[("Authorization", "Bearer s3cret")],
+            None,
+        )
+        .await
+        .unwrap();
+        assert_eq!(with.status, 405, "{method} {path}: {with:?}");
+    }
+}
+
+/// How a repeated key compares submissions (the reference's digest): a `delay_s` left out and
+/// `null` are the same, `0` is another submission; an `expires_at` is compared as written, so
+/// the same instant in another offset is another submission too.
+#[tokio::test]
+async fn repeated_keys_compare_delay_and_expiry_as_the_reference_does() {
+    let addr = start_api(onestep_core::execution::MemoryExecutionBackend::new()).await;
+    let first = submit(&addr, "delay", json!({"task_name": "smoke", "payload": 1})).await;
+    assert_eq!(first.status, 202, "{first:?}");
+    let null = submit(
+        &addr,
+        "delay",
+        json!({"task_name": "smoke", "payload": 1, "delay_s": null}),
+    )
+    .await;
+    assert_eq!((null.status, &null.body["id"]), (202, &first.body["id"]));
+    let zero = submit(
+        &addr,
+        "delay",
+        json!({"task_name": "smoke", "payload": 1, "delay_s": 0}),
+    )
+    .await;
+    assert_eq!(zero.status, 409, "{zero:?}");
+
+    let at = |expires: &str| json!({"task_name": "smoke", "payload": 1, "expires_at": expires});
+    let plus = submit(&addr, "expiry", at("2031-02-03T04:05:06+08:00")).await;
+    assert_eq!(plus.status, 202, "{plus:?}");
+    let same = submit(&addr, "expiry", at("2031-02-03T04:05:06+08:00")).await;
+    assert_eq!((same.status, &same.body["id"]), (202, &plus.body["id"]));
+    let utc = submit(&addr, "expiry", at("2031-02-02T20:05:06Z")).await;
+    assert_eq!(utc.status, 409, "the same instant in UTC: {utc:?}");
 }
 
 #[tokio::test]

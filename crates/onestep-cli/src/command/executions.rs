@@ -150,6 +150,23 @@ fn plain_json(field: &str, text: &str) -> anyhow::Result<Value> {
     )?)
 }
 
+/// `text` safe to print on a terminal: control characters (which a row written by another
+/// program may hold) shown as `\u{1b}` escapes instead of being sent raw.
+pub fn printable(text: &str) -> String {
+    if !text.chars().any(char::is_control) {
+        return text.to_owned();
+    }
+    text.chars()
+        .map(|c| {
+            if c.is_control() {
+                format!("\\u{{{:x}}}", u32::from(c))
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
+}
+
 fn time_text(t: Option<OffsetDateTime>) -> String {
     t.and_then(|t| t.format(&Rfc3339).ok())
         .unwrap_or_else(|| "-".into())
@@ -169,7 +186,7 @@ fn table(e: &[Execution]) -> String {
             "{:<36}  {:<16}  {:<20}  {:>8}  {}\n",
             x.id,
             x.status.as_str(),
-            x.task_name,
+            printable(&x.task_name),
             x.attempts,
             time_text(Some(x.created_at))
         ));
@@ -308,7 +325,7 @@ async fn run<D: Dialect>(args: &ExecutionsArgs, dsn: &str) -> anyhow::Result<(St
                         "{:>3}  {:<10}  {:<20}  {:<32}  {}\n",
                         a.attempt_no,
                         a.status.as_str(),
-                        a.worker_id,
+                        printable(&a.worker_id),
                         time_text(Some(a.started_at)),
                         time_text(a.finished_at)
                     ));
@@ -385,6 +402,12 @@ pub async fn executions(args: ExecutionsArgs) -> u8 {
 mod tests {
     use super::*;
     use time::macros::datetime;
+
+    #[test]
+    fn control_characters_are_printed_escaped() {
+        assert_eq!(printable("report"), "report");
+        assert_eq!(printable("a\u{1b}[2Jb\nc"), "a\\u{1b}[2Jb\\u{a}c");
+    }
 
     #[test]
     fn ages_and_timestamps_parse_for_prune() {

@@ -241,6 +241,73 @@ pub fn submit_cases(victim: &str, table: &str) -> Vec<Case> {
     ] {
         cases.push(case(what, raw, status, detail));
     }
+    // Ambiguous input is refused rather than read one way of several.
+    for (what, raw, status, detail) in [
+        (
+            "a key given twice in the body",
+            submit_bytes(k, br#"{"task_name": "hello", "payload": 1, "payload": 2}"#),
+            400,
+            "malformed JSON body: the key \"payload\" appears twice in one object",
+        ),
+        (
+            "a key given twice in a nested object",
+            submit_bytes(
+                k,
+                br#"{"task_name": "hello", "payload": {"a": [{"b": 1, "b": 1}]}}"#,
+            ),
+            400,
+            "the key \"b\" appears twice in one object",
+        ),
+        (
+            "a query parameter given twice",
+            http("GET", "/v1/executions?limit=1&limit=2", &[], None),
+            422,
+            "query parameter \"limit\" is given twice",
+        ),
+        (
+            "a query that is not UTF-8 once decoded",
+            http("GET", "/v1/executions?task_name=h%E9llo", &[], None),
+            400,
+            "the query string is not valid UTF-8 once percent-decoded",
+        ),
+        (
+            "a body declared as Latin-1",
+            http(
+                "POST",
+                "/v1/executions",
+                &[
+                    ("Content-Type", "application/json; charset=latin-1"),
+                    ("Idempotency-Key", k),
+                ],
+                Some(br#"{"task_name": "hello", "payload": 1}"#),
+            ),
+            415,
+            "the body must be UTF-8 (charset=utf-8 or none), got charset \"latin-1\"",
+        ),
+        (
+            "an escape sequence in the task name",
+            submit_bytes(k, br#"{"task_name": "hel\u001b[2Jlo", "payload": 1}"#),
+            422,
+            "task_name must not contain control characters; found U+001B at character 4",
+        ),
+        (
+            "a newline in the task name",
+            submit_bytes(
+                k,
+                br#"{"task_name": "hello\nINFO forged log line", "payload": 1}"#,
+            ),
+            422,
+            "task_name must not contain control characters; found U+000A at character 6",
+        ),
+        (
+            "a control character in the list filter",
+            http("GET", "/v1/executions?task_name=a%1Bb", &[], None),
+            422,
+            "task_name must not contain control characters",
+        ),
+    ] {
+        cases.push(case(what, raw, status, detail));
+    }
     // Python's `json.loads` reads a float literal beyond the f64 range as infinity, which the
     // reference then refuses; an integer longer than Python converts is refused too.
     let long_integer = format!(
@@ -647,13 +714,13 @@ pub fn submit_cases(victim: &str, table: &str) -> Vec<Case> {
         "a UTF-8 Idempotency-Key",
         with_key("ключ"),
         422,
-        "header Idempotency-Key must be visible ASCII",
+        "header Idempotency-Key must be printable ASCII",
     ));
     cases.push(case(
         "a tab in the Idempotency-Key",
         with_key("a\tb"),
         422,
-        "header Idempotency-Key must be visible ASCII",
+        "header Idempotency-Key must be printable ASCII",
     ));
 
     cases

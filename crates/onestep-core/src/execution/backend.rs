@@ -233,7 +233,7 @@ pub fn validate_claim(
     }
     let mut seen = std::collections::HashSet::new();
     for name in task_names {
-        super::record::text("task_names", name, 255)?;
+        super::record::name("task_names", name, 255)?;
         if !seen.insert(name.trim()) {
             return Err(ExecutionError::invalid(
                 "task_names",
@@ -260,6 +260,6 @@ pub fn validate_claim(
             ),
         ));
     }
-    super::record::text("worker_id", worker_id, 255)?;
+    super::record::name("worker_id", worker_id, 255)?;
     Ok(())
 }

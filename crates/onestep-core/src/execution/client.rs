@@ -10,7 +10,7 @@ use uuid::Uuid;
 use super::backend::ExecutionBackend;
 use super::error::{ExecutionError, ExecutionResult};
 use super::record::{
-    Execution, ExecutionPage, ExecutionQuery, ExecutionRequest, SubmitOptions, text,
+    Execution, ExecutionPage, ExecutionQuery, ExecutionRequest, SubmitOptions, name,
 };
 use super::status::ExecutionStatus;
 
@@ -65,7 +65,7 @@ impl<B: ExecutionBackend> ExecutionClient<B> {
     pub fn new(backend: B, namespace: &str) -> ExecutionResult<Self> {
         Ok(Self {
             backend,
-            namespace: text("namespace", namespace, 255)?,
+            namespace: name("namespace", namespace, 255)?,
             wait_backoff: WaitBackoff::default(),
         })
     }

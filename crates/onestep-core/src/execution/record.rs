@@ -30,6 +30,41 @@ pub(crate) fn text(field: &str, value: &str, max: usize) -> ExecutionResult<Stri
     Ok(trimmed.to_string())
 }
 
+/// Checks a name (namespace, task name, idempotency key, worker id) like [`text`], and also
+/// refuses control characters: such a name would be printed raw by tools and logs, where an
+/// escape sequence rewrites an operator's terminal.
+pub(crate) fn name(field: &str, value: &str, max: usize) -> ExecutionResult<String> {
+    let checked = text(field, value, max)?;
+    reject_control(field, &checked)?;
+    Ok(checked)
+}
+
+/// Refuses a control character (Unicode category Cc: U+0000–U+001F, U+007F–U+009F) in `text`,
+/// naming the first one and where it is.
+///
+/// ```
+/// use onestep_core::execution::record::reject_control;
+///
+/// assert!(reject_control("task_name", "report").is_ok());
+/// assert_eq!(
+///     reject_control("task_name", "re\u{1b}[2Jport").unwrap_err().to_string(),
+///     "task_name must not contain control characters; found U+001B at character 3"
+/// );
+/// ```
+pub fn reject_control(field: &str, text: &str) -> ExecutionResult<()> {
+    match text.chars().enumerate().find(|(_, c)| c.is_control()) {
+        Some((at, c)) => Err(ExecutionError::invalid(
+            field,
+            format!(
+                "must not contain control characters; found U+{:04X} at character {}",
+                u32::from(c),
+                at + 1
+            ),
+        )),
+        None => Ok(()),
+    }
+}
+
 /// Checks a delay: finite, >= 0 and at most [`MAX_SECONDS`](crate::clock::MAX_SECONDS).
 fn check_delay(delay: Option<f64>) -> ExecutionResult<()> {
     match delay {
@@ -247,9 +282,9 @@ pub struct ExecutionQuery {
 impl ExecutionQuery {
     /// Checks every field as the reference does.
     pub fn validate(&self) -> ExecutionResult<()> {
-        text("namespace", &self.namespace, 255)?;
+        name("namespace", &self.namespace, 255)?;
         if let Some(task) = &self.task_name {
-            text("task_name", task, 255)?;
+            name("task_name", task, 255)?;
         }
         if !(1..=200).contains(&self.limit) {
             return Err(ExecutionError::invalid(
@@ -338,9 +373,12 @@ impl ExecutionRequest {
         payload: Value,
         options: SubmitOptions,
     ) -> ExecutionResult<Self> {
-        let namespace = text("namespace", namespace, 255)?;
-        let task_name = text("task_name", task_name, 255)?;
-        let idempotency_key = optional_text("idempotency_key", options.idempotency_key, 255)?;
+        let namespace = name("namespace", namespace, 255)?;
+        let task_name = name("task_name", task_name, 255)?;
+        let idempotency_key = options
+            .idempotency_key
+            .map(|key| name("idempotency_key", &key, 255))
+            .transpose()?;
         let request = Self {
             namespace,
             task_name,
@@ -360,10 +398,10 @@ impl ExecutionRequest {
     /// [`encode_submission`](super::stored::encode_submission)), so a request built field by
     /// field is held to the same rules.
     pub fn validate(&self) -> ExecutionResult<()> {
-        text("namespace", &self.namespace, 255)?;
-        text("task_name", &self.task_name, 255)?;
+        name("namespace", &self.namespace, 255)?;
+        name("task_name", &self.task_name, 255)?;
         if let Some(key) = &self.idempotency_key {
-            text("idempotency_key", key, 255)?;
+            name("idempotency_key", key, 255)?;
         }
         check_delay(self.delay_s)?;
         if let Some(at) = self.expires_at {
@@ -499,6 +537,40 @@ impl ExecutionLimits {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn names_and_keys_with_control_characters_are_refused_at_submit() {
+        let with = |namespace: &str, task: &str, key: &str| {
+            ExecutionRequest::new(
+                namespace,
+                task,
+                Value::Null,
+                SubmitOptions::default().idempotency_key(key),
+            )
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+        };
+        assert_eq!(with("ns", "report", "order 123"), Ok(()), "spaces are fine");
+        assert_eq!(
+            with("ns", "rep\u{1b}[2Jort", "k"),
+            Err(
+                "task_name must not contain control characters; found U+001B at character 4".into()
+            )
+        );
+        assert_eq!(
+            with("n\ns", "report", "k"),
+            Err(
+                "namespace must not contain control characters; found U+000A at character 2".into()
+            )
+        );
+        assert_eq!(
+            with("ns", "report", "k\u{7f}"),
+            Err(
+                "idempotency_key must not contain control characters; found U+007F at character 2"
+                    .into()
+            )
+        );
+    }
 
     #[test]
     fn error_detail_fields_are_stripped_and_bounded() {

@@ -13,7 +13,7 @@ use uuid::Uuid;
 
 use super::backend::LeasedExecutionBackend;
 use super::error::{ExecutionError, ExecutionResult};
-use super::record::{Execution, ExecutionCompletion, ExecutionErrorDetail, ExecutionLease, text};
+use super::record::{Execution, ExecutionCompletion, ExecutionErrorDetail, ExecutionLease, name};
 use super::status::ExecutionStatus;
 use super::stored::RESERVED_METADATA_KEY;
 use crate::connector::ConnectorOperation;
@@ -103,7 +103,7 @@ impl ExecutionSourceOptions {
     pub fn validate(&self, prefix: &str) -> Result<()> {
         let field = |f: &str| format!("{prefix}{f}");
         let invalid = |f: &str, m: String| Error::invalid(field(f), m);
-        text("namespace", &self.namespace, 255).map_err(|e| requalify(e, prefix))?;
+        name("namespace", &self.namespace, 255).map_err(|e| requalify(e, prefix))?;
         if self.task_names.len() != 1 {
             return Err(invalid(
                 "task_names",
@@ -113,7 +113,7 @@ impl ExecutionSourceOptions {
                 ),
             ));
         }
-        text("task_names", &self.task_names[0], 255).map_err(|e| requalify(e, prefix))?;
+        name("task_names", &self.task_names[0], 255).map_err(|e| requalify(e, prefix))?;
         if self.batch_size < 1 {
             return Err(invalid("batch_size", "must be >= 1, got 0".into()));
         }
@@ -147,7 +147,7 @@ impl ExecutionSourceOptions {
                 ),
             ));
         }
-        text("worker_id", &self.worker_id, 255).map_err(|e| requalify(e, prefix))?;
+        name("worker_id", &self.worker_id, 255).map_err(|e| requalify(e, prefix))?;
         Ok(())
     }
 }

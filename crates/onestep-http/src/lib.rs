@@ -195,6 +195,13 @@ impl<B: ExecutionBackend + Clone + 'static> ExecutionApi<B> {
     /// The router.
     pub fn router(self) -> Router {
         let shared = Arc::new(self.shared);
+        let document = Arc::new(openapi::document(&openapi::Config {
+            allowed: shared
+                .allowed
+                .as_ref()
+                .map(|names| names.iter().map(String::as_str).collect()),
+            token: shared.authorizer.is_some(),
+        }));
         let not_allowed = || async {
             ApiError::new(
                 StatusCode::METHOD_NOT_ALLOWED,
@@ -218,7 +225,10 @@ impl<B: ExecutionBackend + Clone + 'static> ExecutionApi<B> {
             .route("/healthz", get(health::<B>))
             .route(
                 "/openapi.json",
-                get(|| async { axum::Json(openapi::document()) }),
+                get(move || {
+                    let document = document.clone();
+                    async move { axum::Json(Value::clone(&document)) }
+                }),
             )
             .fallback(|| async {
                 ApiError::new(StatusCode::NOT_FOUND, "no such endpoint; see /openapi.json")
@@ -287,6 +297,13 @@ fn clipped(list: &str) -> String {
 /// allowlist is consulted, so the answer names the real problem.
 fn checked_name(field: &str, text: &str) -> Result<(), ApiError> {
     no_nul_text(field, text)?;
+    // Counted as sent, before surrounding whitespace is stripped, as the OpenAPI document says.
+    let length = text.chars().count();
+    if length > 255 {
+        return Err(ApiError::unprocessable(format!(
+            "{field} must be at most 255 characters, got {length}"
+        )));
+    }
     Ok(onestep_core::execution::record::reject_control(
         field, text,
     )?)
@@ -537,7 +554,9 @@ async fn cancel<B: ExecutionBackend + Clone + 'static>(
 ) -> Result<Response, ApiError> {
     let id = id_of(id)?;
     let bytes = body::read_body(body, 16_384, s.body_timeout).await?;
-    let reason = if bytes.iter().all(u8::is_ascii_whitespace) {
+    // No body at all is no reason; anything else must be the JSON object the document
+    // describes (whitespace alone is not JSON).
+    let reason = if bytes.is_empty() {
         None
     } else {
         body::require_json(&headers)?;

@@ -1,11 +1,13 @@
-//! The Python reference for interop tests: a virtualenv with the pinned packages, and a
-//! long-lived helper process that answers one JSON line per request.
+//! Python tools for tests: the reference for interop tests (and schemathesis for the HTTP API),
+//! each in a virtualenv with pinned packages, and a long-lived helper process that answers one
+//! JSON line per request.
 //!
-//! The virtualenv is `<workspace>/.venv-ref` (or `$ONESTEP_REFERENCE_VENV`). [`python`] creates
-//! and fills it from PyPI when it is missing or does not hold the pinned versions, once per
-//! process and under a lock file across processes (test runners that start one process per
-//! test). python3 with the `venv` module must be installed: without it the calling test fails
-//! with a message saying so; it never skips.
+//! The reference's virtualenv is `<workspace>/.venv-ref` (or `$ONESTEP_REFERENCE_VENV`),
+//! schemathesis's `<workspace>/.venv-schemathesis`. [`python`] and [`Venv::python`] create and
+//! fill one from PyPI when it is missing or does not hold the pinned versions, once per process
+//! and under a lock file across processes (test runners that start one process per test).
+//! python3 with the `venv` module must be installed: without it the calling test fails with a
+//! message saying so; it never skips.
 
 use std::fs::OpenOptions;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -36,39 +38,99 @@ pub fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
+/// A virtualenv of pinned Python packages.
+#[derive(Debug, Clone, Copy)]
+pub struct Venv {
+    /// Its directory under the workspace root.
+    pub dir: &'static str,
+    /// An environment variable that names another directory instead.
+    pub env: &'static str,
+    /// What `pip install` puts into it.
+    pub requirements: &'static [&'static str],
+    /// Python code that succeeds only when the requirements are installed.
+    pub check: &'static str,
+}
+
+/// The reference's virtualenv.
+pub const REFERENCE: Venv = Venv {
+    dir: ".venv-ref",
+    env: "ONESTEP_REFERENCE_VENV",
+    requirements: &REQUIREMENTS,
+    check: READY_CHECK,
+};
+
+/// schemathesis, which fuzzes the HTTP API against its OpenAPI document.
+pub const SCHEMATHESIS: Venv = Venv {
+    dir: ".venv-schemathesis",
+    env: "ONESTEP_SCHEMATHESIS_VENV",
+    requirements: &["schemathesis==4.32.5"],
+    check: "from importlib.metadata import version\n\
+            assert version('schemathesis') == '4.32.5', version('schemathesis')\n",
+};
+
 /// The reference virtualenv's python, created and filled on first use.
 ///
 /// # Panics
 ///
 /// When the virtualenv cannot be created or filled; the message says why and what to install.
 pub fn python() -> &'static Path {
-    static PYTHON: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    match PYTHON.get_or_init(ensure_venv) {
-        Ok(path) => path,
-        Err(message) => panic!("{message}"),
+    REFERENCE.python()
+}
+
+impl Venv {
+    /// The virtualenv's directory.
+    pub fn path(&self) -> PathBuf {
+        std::env::var_os(self.env).map_or_else(|| workspace().join(self.dir), PathBuf::from)
+    }
+
+    /// Its python, created and filled on first use.
+    ///
+    /// # Panics
+    ///
+    /// When the virtualenv cannot be created or filled; the message says why.
+    pub fn python(&self) -> &'static Path {
+        static READY: OnceLock<Mutex<Vec<(&'static str, &'static Path)>>> = OnceLock::new();
+        let ready = READY.get_or_init(Mutex::default);
+        let mut ready = ready.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, path)) = ready.iter().find(|(dir, _)| *dir == self.dir) {
+            return path;
+        }
+        match ensure_venv(self) {
+            Ok(path) => {
+                let path: &'static Path = Box::leak(path.into_boxed_path());
+                ready.push((self.dir, path));
+                path
+            }
+            Err(message) => panic!("{message}"),
+        }
+    }
+
+    /// A program the virtualenv installed (`bin/<name>`), the virtualenv created first.
+    pub fn program(&self, name: &str) -> PathBuf {
+        let python = self.python();
+        python.with_file_name(name)
     }
 }
 
-fn ready(python: &Path) -> bool {
+fn ready(python: &Path, check: &str) -> bool {
     Command::new(python)
-        .args(["-c", READY_CHECK])
+        .args(["-c", check])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .status()
         .is_ok_and(|s| s.success())
 }
 
-fn ensure_venv() -> Result<PathBuf, String> {
-    let venv = std::env::var_os("ONESTEP_REFERENCE_VENV")
-        .map_or_else(|| workspace().join(".venv-ref"), PathBuf::from);
+fn ensure_venv(spec: &Venv) -> Result<PathBuf, String> {
+    let venv = spec.path();
     let python = venv.join("bin").join("python");
-    if ready(&python) {
+    if ready(&python, spec.check) {
         return Ok(python);
     }
     let mut lock_path = venv.clone().into_os_string();
     lock_path.push(".lock");
     let _lock = LockFile::acquire(Path::new(&lock_path))?;
-    if ready(&python) {
+    if ready(&python, spec.check) {
         return Ok(python);
     }
     let runs = Command::new(&python)
@@ -89,7 +151,7 @@ fn ensure_venv() -> Result<PathBuf, String> {
     }
     eprintln!(
         "reference: installing {} into {}",
-        REQUIREMENTS.join(" "),
+        spec.requirements.join(" "),
         venv.display()
     );
     let mut install = Command::new(&python);
@@ -101,18 +163,20 @@ fn ensure_venv() -> Result<PathBuf, String> {
             "--quiet",
             "--disable-pip-version-check",
         ])
-        .args(REQUIREMENTS);
+        .args(spec.requirements);
     run_setup(&mut install, "pip install").map_err(|e| {
         format!(
-            "could not install the Python reference into {} (PyPI must be reachable): {e}",
+            "could not install {} into {} (PyPI must be reachable): {e}",
+            spec.requirements.join(" "),
             venv.display()
         )
     })?;
-    if !ready(&python) {
+    if !ready(&python, spec.check) {
         return Err(format!(
-            "{} still does not import the reference at the pinned versions after pip install; \
-             delete the directory and run the tests again",
-            venv.display()
+            "{} still does not hold {} after pip install; delete the directory and run the \
+             tests again",
+            venv.display(),
+            spec.requirements.join(" ")
         ));
     }
     Ok(python)

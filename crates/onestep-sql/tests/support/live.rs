@@ -327,6 +327,8 @@ pub async fn a_worker_renews_its_leases_together<D: Dialect>(dsn: &str) {
     // them half-way, far from either renewal.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let mut beats = HashSet::new();
+    let mut starts = Vec::new();
+    let reading = std::time::Instant::now();
     for d in &mut deliveries {
         let id = d.as_managed().unwrap().execution_id();
         let attempts = b.attempts(id).await.unwrap();
@@ -336,13 +338,21 @@ pub async fn a_worker_renews_its_leases_together<D: Dialect>(dsn: &str) {
             "attempt of {id} was never renewed"
         );
         beats.insert(attempts[0].heartbeat_at);
+        starts.push(attempts[0].started_at);
     }
     // The renewer ticks every half interval and renews what is due within the next half, so
     // leases started a few milliseconds apart may straddle a tick and renew in two groups
-    // (each on its own statement) — never one statement per lease.
+    // (each on its own statement) — never one statement per lease. On a loaded machine the
+    // eight starts can spread over more ticks, and the eight reads too (renewals go on while
+    // they run); each tick either spans allows one more group.
+    let span = *starts.iter().max().unwrap() - *starts.iter().min().unwrap();
+    let read = reading.elapsed().as_secs_f64();
+    let ticks = ((span.as_seconds_f64() + read) / 0.5).ceil() as usize;
     assert!(
-        beats.len() <= 2,
-        "8 leases renewed by at most two statements, got {} distinct heartbeat times: {beats:?}",
+        beats.len() <= 2 + ticks && beats.len() < 8,
+        "8 leases started within {span} renewed by at most {} statements, got {} distinct \
+         heartbeat times: {beats:?}",
+        2 + ticks,
         beats.len()
     );
     for d in &mut deliveries {

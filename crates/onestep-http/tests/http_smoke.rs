@@ -572,6 +572,38 @@ async fn repeated_keys_compare_delay_and_expiry_as_the_reference_does() {
     assert_eq!((same.status, &same.body["id"]), (202, &plus.body["id"]));
     let utc = submit(&addr, "expiry", at("2031-02-02T20:05:06Z")).await;
     assert_eq!(utc.status, 409, "the same instant in UTC: {utc:?}");
+
+    // Integers beyond 64 bits are compared exactly: two that one float cannot tell apart are
+    // two submissions; 1E2 and 100.0 are one number, as Python reads them.
+    let raw = |key: &str, payload: &str| {
+        let body = format!(r#"{{"task_name": "smoke", "payload": {payload}}}"#);
+        let addr = addr.clone();
+        let key = key.to_owned();
+        async move {
+            let bytes = format!(
+                "POST /v1/executions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\
+                 Content-Type: application/json\r\nIdempotency-Key: {key}\r\n\
+                 Content-Length: {}\r\n\r\n{body}",
+                body.len()
+            );
+            raw(&addr, bytes.as_bytes()).await
+        }
+    };
+    let big = raw("big", "100000000000000000000").await;
+    assert!(big.starts_with("HTTP/1.1 202"), "{big}");
+    let bigger = raw("big", "100000000000000000001").await;
+    assert!(bigger.starts_with("HTTP/1.1 409"), "{bigger}");
+    let float = raw("float", "[1E2]").await;
+    assert!(float.starts_with("HTTP/1.1 202"), "{float}");
+    let same_float = raw("float", "[100.0]").await;
+    assert!(same_float.starts_with("HTTP/1.1 202"), "{same_float}");
+    let id = |answer: &str| {
+        answer
+            .split("\"id\":\"")
+            .nth(1)
+            .map(|rest| rest[..36].to_owned())
+    };
+    assert_eq!(id(&float), id(&same_float));
 }
 
 #[tokio::test]

@@ -14,9 +14,36 @@
 //!   round-trip digits, `1e+16` / `1e-05` scientific form outside
 //!   `1e-4 <= |x| < 1e16`, `.0` for integral values, `-0.0`).
 
-use super::codec::number::{PyNumber, classify};
+use std::borrow::Cow;
+
+use serde_json::Number;
 use serde_json::Value;
 use std::fmt::Write;
+
+/// What Python makes of a JSON number literal.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum PyNumber<'a> {
+    /// An `int`: its decimal digits as Python prints them, with a leading `-` when negative.
+    Int(Cow<'a, str>),
+    /// A `float`; infinite when the literal overflows (`1e400`), as `float()` makes it.
+    Float(f64),
+}
+
+/// Reads a literal the way Python's `json.loads` does.
+pub(crate) fn classify(number: &Number) -> PyNumber<'_> {
+    let literal = number.as_str();
+    if literal.bytes().any(|b| matches!(b, b'.' | b'e' | b'E')) {
+        // Rust's `f64` parsing rounds correctly, as CPython's `float()` does; a JSON literal
+        // always parses, so the fallback is never taken.
+        return PyNumber::Float(literal.parse().unwrap_or(f64::NAN));
+    }
+    // JSON forbids leading zeros, so `-0` is the only integer literal Python prints otherwise.
+    if literal == "-0" {
+        PyNumber::Int(Cow::Borrowed("0"))
+    } else {
+        PyNumber::Int(Cow::Borrowed(literal))
+    }
+}
 
 /// Returns the canonical JSON text of `value` (Python `json.dumps` with
 /// `sort_keys=True, separators=(",", ":"), ensure_ascii=True`).

@@ -15,6 +15,7 @@
 
 use serde_json::Value;
 
+use super::canonical::canonical_json;
 use super::record::ExecutionCompletion;
 use super::status::{AttemptStatus, ExecutionStatus};
 
@@ -54,8 +55,9 @@ pub fn attempt_status_for(status: ExecutionStatus) -> AttemptStatus {
 }
 
 /// Whether a completion that found the row already moved on is an idempotent replay: same
-/// terminal status, same result and same error (JSON equality; key order does not matter).
-/// Retrying completions are never replays.
+/// terminal status, same result and same error, compared as Python reads them (canonical JSON:
+/// key order does not matter, and a number is its value, however the store spells it back, so
+/// jsonb's `0.00001` is the `1e-05` that was written). Retrying completions are never replays.
 pub fn is_replay(
     requested: ExecutionStatus,
     current_status: ExecutionStatus,
@@ -68,7 +70,7 @@ pub fn is_replay(
         requested,
         ExecutionStatus::Succeeded | ExecutionStatus::Failed | ExecutionStatus::Cancelled
     );
-    let null_is_none = |v: Option<&Value>| v.filter(|v| !v.is_null()).cloned();
+    let null_is_none = |v: Option<&Value>| v.filter(|v| !v.is_null()).map(canonical_json);
     terminal
         && current_status == requested
         && null_is_none(current_result) == null_is_none(expected_result)
@@ -130,5 +132,18 @@ mod tests {
             None,
             None
         ));
+        let stored: Value = serde_json::from_str(r#"{"f": 0.00001, "n": 2}"#).unwrap();
+        let written: Value = serde_json::from_str(r#"{"n": 2, "f": 1e-05}"#).unwrap();
+        assert!(
+            is_replay(
+                Succeeded,
+                Succeeded,
+                Some(&stored),
+                None,
+                Some(&written),
+                None
+            ),
+            "the store's spelling of a number is the number"
+        );
     }
 }

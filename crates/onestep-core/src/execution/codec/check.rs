@@ -229,3 +229,20 @@ pub(super) fn encoded_is_hashable(value: &Value) -> bool {
         }
     }
 }
+
+/// The members of a `tuple`, `set` or `frozenset` tag (or a plain array).
+pub(super) fn members(value: &Value) -> Option<&[Value]> {
+    match value {
+        Value::Array(items) => Some(items),
+        Value::Object(map) if map.len() == 1 => {
+            let payload = map.get(TAG)?.as_object()?;
+            match field(payload, "type").as_str()? {
+                "tuple" | "set" | "frozenset" => {
+                    field(payload, "values").as_array().map(Vec::as_slice)
+                }
+                _ => None,
+            }
+        }
+        _ => None,
+    }
+}

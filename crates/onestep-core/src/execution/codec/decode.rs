@@ -4,12 +4,13 @@ use std::collections::HashSet;
 
 use serde_json::{Map, Value};
 
+use super::super::canonical::{PyNumber, classify};
 use super::super::pycompat::py_repr_str;
 use super::check::{
     check_bytes, check_datetime, check_decimal, check_enum, check_namedtuple, check_sequence,
     check_uuid, encoded_is_hashable, field, require_fields,
 };
-use super::number::{self, PyNumber};
+use super::number;
 use super::{CodecError, Path, TAG, decode_error, new_tag, with_field};
 
 /// Validates an encoded value exactly like Python's `decode_value` and returns its Rust view:
@@ -35,7 +36,7 @@ pub(super) fn decode_at(value: &Value, path: &Path<'_>) -> Result<Value, CodecEr
     match value {
         Value::Null | Value::Bool(_) | Value::String(_) => Ok(value.clone()),
         Value::Number(n) => {
-            if let PyNumber::Float(float) = number::classify(n)
+            if let PyNumber::Float(float) = classify(n)
                 && !float.is_finite()
             {
                 return Err(decode_error(format!("non-finite float at {}", path)));

@@ -20,37 +20,12 @@ use std::str::FromStr as _;
 
 use serde_json::Number;
 
-use super::super::canonical::python_float_repr;
+use super::super::canonical::{PyNumber, classify, python_float_repr};
 
 /// Python's default `sys.get_int_max_str_digits()`: a longer integer literal cannot be read or
 /// written by Python's `json` module ("Exceeds the limit (4300 digits) for integer string
 /// conversion").
 pub const MAX_INT_DIGITS: usize = 4300;
-
-/// What Python makes of a JSON number literal.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) enum PyNumber<'a> {
-    /// An `int`: its decimal digits as Python prints them, with a leading `-` when negative.
-    Int(Cow<'a, str>),
-    /// A `float`; infinite when the literal overflows (`1e400`), as `float()` makes it.
-    Float(f64),
-}
-
-/// Reads a literal the way Python's `json.loads` does.
-pub(crate) fn classify(number: &Number) -> PyNumber<'_> {
-    let literal = number.as_str();
-    if literal.bytes().any(|b| matches!(b, b'.' | b'e' | b'E')) {
-        // Rust's `f64` parsing rounds correctly, as CPython's `float()` does; a JSON literal
-        // always parses, so the fallback is never taken.
-        return PyNumber::Float(literal.parse().unwrap_or(f64::NAN));
-    }
-    // JSON forbids leading zeros, so `-0` is the only integer literal Python prints otherwise.
-    if literal == "-0" {
-        PyNumber::Int(Cow::Borrowed("0"))
-    } else {
-        PyNumber::Int(Cow::Borrowed(literal))
-    }
-}
 
 /// Why a number cannot be stored the way Python would store it.
 #[derive(Debug, Clone, PartialEq, Eq)]

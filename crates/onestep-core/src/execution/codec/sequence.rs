@@ -9,25 +9,8 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use super::check::field;
+use super::check::members;
 use super::{TAG, new_tag};
-
-/// The members of a `tuple`, `set` or `frozenset` tag (or a plain array).
-pub(super) fn members(value: &Value) -> Option<&[Value]> {
-    match value {
-        Value::Array(items) => Some(items),
-        Value::Object(map) if map.len() == 1 => {
-            let payload = map.get(TAG)?.as_object()?;
-            match field(payload, "type").as_str()? {
-                "tuple" | "set" | "frozenset" => {
-                    field(payload, "values").as_array().map(Vec::as_slice)
-                }
-                _ => None,
-            }
-        }
-        _ => None,
-    }
-}
 
 fn to_tag<T: Serialize + ?Sized>(type_name: &str, value: &T) -> Result<Value, String> {
     match serde_json::to_value(value).map_err(|e| e.to_string())? {

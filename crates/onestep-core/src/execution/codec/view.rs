@@ -7,9 +7,8 @@ use serde::de::{
 };
 use serde_json::{Map, Value};
 
-use super::check::field;
-use super::number::{self, PyNumber};
-use super::sequence::members;
+use super::super::canonical::{PyNumber, classify};
+use super::check::{field, members};
 use super::{TAG, scalar};
 
 type Error = serde_json::Error;
@@ -359,7 +358,7 @@ fn visit_number<'de, V: Visitor<'de>>(
     number: &'de serde_json::Number,
     visitor: V,
 ) -> Result<V::Value, Error> {
-    match number::classify(number) {
+    match classify(number) {
         PyNumber::Int(_) => {
             if let Some(unsigned) = number.as_u64() {
                 visitor.visit_u64(unsigned)

@@ -1,0 +1,326 @@
+//! The contract: [`ExecutionBackend`] and [`LeasedExecutionBackend`] over the operations of the
+//! sibling modules, with their retries of transient errors and one-by-one fallbacks.
+
+use super::*;
+
+#[async_trait]
+impl<D: Dialect> ExecutionBackend for SqlExecutionBackend<D> {
+    fn backend_name(&self) -> &str {
+        D::NAME
+    }
+
+    async fn open(&self) -> ExecutionResult<()> {
+        self.pool().await?;
+        self.inner.opens.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+
+    async fn close(&self) -> ExecutionResult<()> {
+        let before = self
+            .inner
+            .opens
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                Some(n.saturating_sub(1))
+            });
+        if before == Ok(1) && self.inner.owns_connector {
+            *self.inner.ready.lock().await = false;
+            self.inner.connector.close().await;
+        }
+        Ok(())
+    }
+
+    async fn submit(&self, request: ExecutionRequest) -> ExecutionResult<Execution> {
+        retry_transient(|| self.submit_one(request.clone())).await
+    }
+
+    async fn submit_many(
+        &self,
+        requests: Vec<ExecutionRequest>,
+    ) -> ExecutionResult<Vec<ExecutionResult<Execution>>> {
+        if requests.len() < 2 {
+            return Ok(self.submit_one_by_one(requests).await);
+        }
+        // Where the dialect's batch insert skips taken keys, first try the batch as all new
+        // (no look-up); a batch that turns out to repeat a stored key goes again with one. After
+        // a batch whose look-up found stored keys (a client resubmitting), batches read their
+        // keys first until one finds none, so retries do not pay for an insert and a rollback.
+        let optimistic = self.inner.statements.insert_many.is_some()
+            && !self.inner.batch_keys_were_stored.load(Ordering::Relaxed);
+        let mut out = retry_transient(|| self.submit_batch(&requests, !optimistic)).await;
+        if optimistic && matches!(out, Ok(None)) {
+            out = retry_transient(|| self.submit_batch(&requests, true)).await;
+        }
+        // A concurrent submit took one of the keys between our check and the insert (a skipped
+        // row, or a unique violation): the transaction rolled back, so submitting one by one
+        // resolves each key on its own.
+        let raced = match out {
+            Ok(Some(out)) => {
+                self.wake_local();
+                return Ok(out);
+            }
+            Ok(None) => None,
+            Err(err) if is_unique_violation(&err) => Some(err),
+            // Any other failure (including a lost COMMIT reply) leaves the outcome unknown:
+            // report it rather than submitting again, which could duplicate keyless requests.
+            Err(err) => return Err(err),
+        };
+        tracing::debug!(error = ?raced, "batched submit raced on a key; submitting one by one");
+        Ok(self.submit_one_by_one(requests).await)
+    }
+
+    async fn get(&self, namespace: &str, id: Uuid) -> ExecutionResult<Option<Execution>> {
+        if namespace.contains('\0') {
+            // No namespace holding U+0000 can be stored (PostgreSQL would refuse the query).
+            return Ok(None);
+        }
+        let op = ConnectorOperation::Fetch;
+        let mut tx = self.begin(op).await?;
+        let row = Self::one(
+            &mut tx,
+            &self.inner.statements.get,
+            vec![namespace.into(), id.into()],
+            op,
+        )
+        .await?;
+        Self::commit(tx, op).await?;
+        row.map(|r| r.to_execution()).transpose()
+    }
+
+    async fn list(&self, query: &ExecutionQuery) -> ExecutionResult<ExecutionPage> {
+        query.validate()?;
+        let after = query
+            .cursor
+            .as_deref()
+            .map(decode_cursor)
+            .transpose()
+            .map_err(|e| ExecutionError::invalid("cursor", format!("is rejected: {e}")))?;
+        let mut sql = format!(
+            "SELECT {} FROM {} WHERE namespace = ?",
+            sql::EXECUTION_COLUMNS,
+            D::quote(&self.inner.tables.executions)
+        );
+        let mut params: Vec<Param> = vec![query.namespace.clone().into()];
+        if let Some(task) = &query.task_name {
+            sql.push_str(" AND task_name = ?");
+            params.push(task.clone().into());
+        }
+        if let Some(status) = query.status {
+            sql.push_str(" AND status = ?");
+            params.push(status.as_str().into());
+        }
+        if let Some((created_at, id)) = after {
+            sql.push_str(" AND (created_at < ? OR (created_at = ? AND id < ?))");
+            params.extend([created_at.into(), created_at.into(), id.into()]);
+        }
+        sql.push_str(" ORDER BY created_at DESC, id DESC LIMIT ?");
+        params.push(i64::from(query.limit).saturating_add(1).into());
+        let op = ConnectorOperation::Fetch;
+        let mut tx = self.begin(op).await?;
+        let rows = D::fetch_executions(&mut tx, &D::render(&sql), params)
+            .await
+            .map_err(db::<D>(op))?;
+        Self::commit(tx, op).await?;
+        page_of(rows, query.limit as usize)
+    }
+
+    async fn request_cancel(
+        &self,
+        namespace: &str,
+        id: Uuid,
+        reason: Option<&str>,
+    ) -> ExecutionResult<Option<Execution>> {
+        validate_cancel_reason(reason)?;
+        if namespace.contains('\0') {
+            return Ok(None);
+        }
+        let op = ConnectorOperation::Send;
+        let mut tx = self.begin(op).await?;
+        let out: ExecutionResult<_> = async {
+            let now = self.now(&mut tx, op).await?;
+            let Some(mut row) = Self::one(
+                &mut tx,
+                &self.inner.statements.get_in_namespace_for_update,
+                vec![namespace.into(), id.into()],
+                op,
+            )
+            .await?
+            else {
+                return Ok(None);
+            };
+            if let Some(target) = cancel_target(row.status) {
+                let finished = (target == ExecutionStatus::Cancelled).then_some(now);
+                D::execute(
+                    &mut tx,
+                    &self.inner.statements.cancel,
+                    vec![
+                        target.as_str().into(),
+                        reason.map(str::to_string).into(),
+                        now.into(),
+                        finished.or(row.finished_at).into(),
+                        now.into(),
+                        id.into(),
+                        row.version.into(),
+                    ],
+                )
+                .await
+                .map_err(db::<D>(op))?;
+                row.status = target;
+                row.cancel_reason = reason.map(str::to_string);
+                row.cancel_requested_at = Some(now);
+                row.finished_at = finished.or(row.finished_at);
+                row.updated_at = now;
+                row.version += 1;
+            }
+            row.to_execution().map(Some)
+        }
+        .await;
+        Self::finish(tx, out, op).await
+    }
+}
+
+#[async_trait]
+impl<D: Dialect> LeasedExecutionBackend for SqlExecutionBackend<D> {
+    async fn claim(
+        &self,
+        namespace: &str,
+        task_names: &[String],
+        limit: usize,
+        lease_duration: Duration,
+        worker_id: &str,
+    ) -> ExecutionResult<Vec<ExecutionLease>> {
+        reject_nul("namespace", namespace)?;
+        validate_claim(task_names, limit, lease_duration, worker_id)?;
+        retry_transient(|| self.claim_once(namespace, task_names, limit, lease_duration, worker_id))
+            .await
+    }
+
+    async fn heartbeat(
+        &self,
+        execution_id: Uuid,
+        attempt_id: Uuid,
+        lease_token: Uuid,
+        lease_duration: Duration,
+    ) -> ExecutionResult<HeartbeatResult> {
+        self.heartbeat_once(execution_id, attempt_id, lease_token, lease_duration)
+            .await
+    }
+
+    /// Renews distinct leases in one transaction, four statements whatever their number (the
+    /// leases of one execution twice, or a zero lease, go one by one); each lease is decided on
+    /// its own, as [`heartbeat`](LeasedExecutionBackend::heartbeat) decides it.
+    async fn heartbeat_many(
+        &self,
+        leases: &[(Uuid, Uuid, Uuid)],
+        lease_duration: Duration,
+    ) -> ExecutionResult<Vec<ExecutionResult<HeartbeatResult>>> {
+        if leases.len() < 2
+            || !distinct_executions(leases.iter().map(|l| l.0))
+            || lease_duration.is_zero()
+        {
+            let mut out = Vec::with_capacity(leases.len());
+            for &(execution_id, attempt_id, token) in leases {
+                out.push(
+                    self.heartbeat_once(execution_id, attempt_id, token, lease_duration)
+                        .await,
+                );
+            }
+            return Ok(out);
+        }
+        self.heartbeat_batch(leases, lease_duration).await
+    }
+
+    async fn complete(
+        &self,
+        execution_id: Uuid,
+        attempt_id: Uuid,
+        lease_token: Uuid,
+        completion: ExecutionCompletion,
+    ) -> ExecutionResult<Execution> {
+        let done = retry_transient(|| {
+            self.complete_once(execution_id, attempt_id, lease_token, completion.clone())
+        })
+        .await?;
+        if done.status == ExecutionStatus::Retrying {
+            self.wake_local();
+        }
+        Ok(done)
+    }
+
+    async fn complete_many(
+        &self,
+        completions: Vec<(Uuid, Uuid, Uuid, ExecutionCompletion)>,
+    ) -> ExecutionResult<Vec<ExecutionResult<Execution>>> {
+        if completions.len() < 2 || !distinct_executions(completions.iter().map(|c| c.0)) {
+            // One completion, or the same execution twice: complete them one by one, in order.
+            let mut out = Vec::with_capacity(completions.len());
+            for (execution_id, attempt_id, token, completion) in completions {
+                out.push(
+                    self.complete(execution_id, attempt_id, token, completion)
+                        .await,
+                );
+            }
+            return Ok(out);
+        }
+        match retry_transient(|| self.complete_batch(&completions)).await {
+            Ok(out) => {
+                if out.iter().any(|r| {
+                    r.as_ref()
+                        .is_ok_and(|e| e.status == ExecutionStatus::Retrying)
+                }) {
+                    self.wake_local();
+                }
+                Ok(out)
+            }
+            Err(err) => {
+                // The batch failed as a whole: each completion gets its own answer.
+                tracing::debug!(error = %err, "batched completion failed; completing one by one");
+                let mut out = Vec::with_capacity(completions.len());
+                for (execution_id, attempt_id, token, completion) in completions {
+                    out.push(
+                        self.complete(execution_id, attempt_id, token, completion)
+                            .await,
+                    );
+                }
+                Ok(out)
+            }
+        }
+    }
+
+    async fn release(
+        &self,
+        execution_id: Uuid,
+        attempt_id: Uuid,
+        lease_token: Uuid,
+    ) -> ExecutionResult<Execution> {
+        let released =
+            retry_transient(|| self.release_once(execution_id, attempt_id, lease_token)).await?;
+        self.wake_local();
+        Ok(released)
+    }
+
+    async fn lease_remaining(&self, lease_expires_at: OffsetDateTime) -> ExecutionResult<Duration> {
+        let op = ConnectorOperation::Heartbeat;
+        let mut tx = self.begin(op).await?;
+        let now = self.now(&mut tx, op).await?;
+        Self::commit(tx, op).await?;
+        Ok(Duration::try_from(lease_expires_at - now).unwrap_or(Duration::ZERO))
+    }
+
+    fn validate_result(&self, result: &Value) -> ExecutionResult<()> {
+        encode_result(result, &self.inner.options.limits).map(|_| ())
+    }
+
+    async fn wait_for_work(&self, _namespace: &str, _task_names: &[String], timeout: Duration) {
+        let mut work = self.inner.work.subscribe();
+        if self.inner.listener.get().is_none()
+            && let Ok(pool) = self.inner.connector.pool()
+            && let Some(task) = D::listen(pool, self.inner.channel.clone(), self.inner.work.clone())
+        {
+            let _ = self
+                .inner
+                .listener
+                .set(tokio_util::task::AbortOnDropHandle::new(task));
+        }
+        let _ = tokio::time::timeout(timeout, work.changed()).await;
+    }
+}

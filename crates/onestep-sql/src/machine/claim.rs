@@ -1,0 +1,303 @@
+//! Claiming: the claim statement, in one statement where the dialect has one, else in steps.
+
+use super::*;
+
+impl<D: Dialect> SqlExecutionBackend<D> {
+    /// The claim statement for `task_count` task names, with the dialect's placeholders; for
+    /// checking its plan with `EXPLAIN` (it must walk the claim index without a filesort).
+    pub fn claim_sql(&self, task_count: usize) -> String {
+        let column = self.inner.claim_column.get();
+        if task_count == 1 {
+            return match column {
+                Some(c) => c.claim_one_task.clone(),
+                None => self.inner.statements.claim_one_task.clone(),
+            };
+        }
+        let statement = {
+            let marks = vec!["?"; task_count].join(", ");
+            let t = &self.inner.tables;
+            D::render(&sql::render(
+                &sql::CLAIM.replace("{tasks}", &format!("IN ({marks})")),
+                &D::quote(&t.executions),
+                &D::quote(&t.attempts),
+                D::FOR_UPDATE,
+                D::SKIP_LOCKED,
+            ))
+        };
+        match column {
+            Some(c) => c.claim(&statement),
+            None => statement,
+        }
+    }
+
+    /// The dialect's one-statement claim for `task_count` task names (`None` where the dialect
+    /// claims in steps), with the dialect's placeholders; for checking its plan with `EXPLAIN`.
+    pub fn claim_in_one_statement_sql(&self, task_count: usize) -> Option<String> {
+        let template = D::CLAIM_IN_ONE_STATEMENT?;
+        if task_count == 1 {
+            return self
+                .inner
+                .statements
+                .claim_one_task_in_one_statement
+                .clone();
+        }
+        let marks = vec!["?"; task_count].join(", ");
+        let t = &self.inner.tables;
+        Some(D::render(&sql::render(
+            &one_statement_claim(template, &format!("IN ({marks})")),
+            &D::quote(&t.executions),
+            &D::quote(&t.attempts),
+            D::FOR_UPDATE,
+            D::SKIP_LOCKED,
+        )))
+    }
+
+    /// One claim transaction: maintenance when it is due, then the batch, in one statement
+    /// where the dialect has one, else in steps.
+    pub(super) async fn claim_once(
+        &self,
+        namespace: &str,
+        task_names: &[String],
+        limit: usize,
+        lease_duration: Duration,
+        worker_id: &str,
+    ) -> ExecutionResult<Vec<ExecutionLease>> {
+        let worker_id = worker_id.trim();
+        let maintain = self.maintenance_due();
+        if let Some(sql) = self.claim_in_one_statement_sql(task_names.len()) {
+            let claimed = self
+                .claim_in_one_statement(
+                    &sql,
+                    maintain,
+                    namespace,
+                    task_names,
+                    limit,
+                    lease_duration,
+                    worker_id,
+                )
+                .await?;
+            if let Some(leases) = claimed {
+                return Ok(leases);
+            }
+            // A claimed row's stored values do not decode. That transaction rolled back (with
+            // its maintenance); the claim in steps runs both again, fails that row without
+            // starting it and claims the rest.
+        }
+        self.claim_in_steps(
+            maintain,
+            namespace,
+            task_names,
+            limit,
+            lease_duration,
+            worker_id,
+        )
+        .await
+    }
+
+    /// [`Self::claim_once`] with the dialect's one-statement claim `sql`. `None`: a claimed row
+    /// does not decode, and the transaction was rolled back.
+    #[allow(clippy::too_many_arguments)] // the claim's arguments, plus the statement and maintenance
+    pub(super) async fn claim_in_one_statement(
+        &self,
+        sql: &str,
+        maintain: bool,
+        namespace: &str,
+        task_names: &[String],
+        limit: usize,
+        lease_duration: Duration,
+        worker_id: &str,
+    ) -> ExecutionResult<Option<Vec<ExecutionLease>>> {
+        let op = ConnectorOperation::Fetch;
+        let mut tx = self.begin(op).await?;
+        let out: ExecutionResult<_> = async {
+            // The statement reads the transaction's time itself (one round trip fewer); `now` is
+            // bound only when it is known anyway: an injected clock, or read for maintenance.
+            let now = if maintain || self.inner.options.clock.is_some() {
+                let now = self.now(&mut tx, op).await?;
+                if maintain {
+                    self.maintain(&mut tx, now).await?;
+                }
+                Some(now)
+            } else {
+                None
+            };
+            let limit = limit.min(MAX_CLAIM_ROWS);
+            let fresh: Vec<(Uuid, Uuid)> =
+                (0..limit).map(|_| (Uuid::new_v4(), new_row_id())).collect();
+            let list = |pick: fn(&(Uuid, Uuid)) -> Uuid| {
+                fresh
+                    .iter()
+                    .map(|f| pick(f).to_string())
+                    .collect::<Vec<_>>()
+                    .join(",")
+            };
+            let micros = i64::try_from(lease_duration.as_micros()).unwrap_or(i64::MAX);
+            let mut params: Vec<Param> = vec![namespace.into()];
+            params.extend(task_names.iter().map(|t| Param::from(t.trim())));
+            params.extend([
+                now.into(),
+                now.into(),
+                i64::try_from(limit).unwrap_or(1000).into(),
+                list(|f| f.0).into(),
+                list(|f| f.1).into(),
+                now.map(|now| later(now, lease_duration)).into(),
+                now.into(),
+                micros.into(),
+                worker_id.into(),
+                now.into(),
+                now.into(),
+            ]);
+            let rows = D::fetch_executions(&mut tx, sql, params)
+                .await
+                .map_err(db::<D>(op))?;
+            let attempt_ids: std::collections::HashMap<Uuid, Uuid> = fresh.into_iter().collect();
+            let mut leases = Vec::with_capacity(rows.len());
+            for mut row in rows {
+                let Some((lease_token, attempt_id)) = row
+                    .lease_token
+                    .and_then(|t| attempt_ids.get(&t).map(|a| (t, *a)))
+                else {
+                    return Err(ExecutionError::Backend(
+                        format!(
+                            "claim returned execution {} without a lease of its own",
+                            row.id
+                        )
+                        .into(),
+                    ));
+                };
+                // `updated_at` is the transaction's time when `now` was not bound; the lease ends
+                // exactly where the claim in steps puts it.
+                let lease_expires_at = later(now.unwrap_or(row.updated_at), lease_duration);
+                row.lease_expires_at = Some(lease_expires_at);
+                let Ok(execution) = row.to_execution() else {
+                    return Ok(None);
+                };
+                leases.push(ExecutionLease {
+                    execution,
+                    attempt_id,
+                    lease_token,
+                    lease_expires_at,
+                });
+            }
+            Ok(Some(leases))
+        }
+        .await;
+        match out {
+            Ok(None) => {
+                if let Err(rollback) = tx.rollback().await {
+                    tracing::debug!(error = %rollback, "rollback of a claim with an undecodable row failed");
+                }
+                Ok(None)
+            }
+            out => Self::finish(tx, out, op).await,
+        }
+    }
+
+    /// [`Self::claim_once`] in steps: the locking select, one `UPDATE` and one multi-row `INSERT`.
+    pub(super) async fn claim_in_steps(
+        &self,
+        maintain: bool,
+        namespace: &str,
+        task_names: &[String],
+        limit: usize,
+        lease_duration: Duration,
+        worker_id: &str,
+    ) -> ExecutionResult<Vec<ExecutionLease>> {
+        let op = ConnectorOperation::Fetch;
+        let worker_id = worker_id.to_string();
+        let mut tx = self.begin(op).await?;
+        let out: ExecutionResult<_> = async {
+            let now = self.now(&mut tx, op).await?;
+            if maintain {
+                self.maintain(&mut tx, now).await?;
+            }
+            let mut params: Vec<Param> = vec![namespace.into()];
+            params.extend(task_names.iter().map(|t| Param::from(t.trim())));
+            params.extend([now.into(), now.into(), i64::try_from(limit.min(MAX_CLAIM_ROWS)).unwrap_or(1000).into()]);
+            let rows = D::fetch_executions(&mut tx, &self.claim_sql(task_names.len()), params)
+                .await
+                .map_err(db::<D>(op))?;
+            // A row whose stored values do not decode would fail every claim of its task forever:
+            // fail it (it never started) and claim the rest.
+            let mut rows = rows;
+            let mut poisoned = Vec::new();
+            rows.retain(|r| match r.to_execution() {
+                Ok(_) => true,
+                Err(err) => {
+                    poisoned.push((r.id, err.to_string()));
+                    false
+                }
+            });
+            for (id, why) in poisoned {
+                tracing::error!(execution_id = %id, error = %why, "failing an execution whose stored values cannot be decoded");
+                let mut detail = onestep_core::execution::ExecutionErrorDetail::new("error", "ExecutionEncodingError")?;
+                detail.stage = Some("delivery_action".into());
+                let fail = D::render(&format!(
+                    "UPDATE {} SET status = 'failed', finished_at = ?, updated_at = ?, error = ?, \
+                     version = version + 1 WHERE id = ?",
+                    D::quote(&self.inner.tables.executions)
+                ));
+                D::execute(&mut tx, &fail, vec![now.into(), now.into(), Param::Json(detail.to_json()), id.into()])
+                    .await
+                    .map_err(db::<D>(op))?;
+            }
+            let lease_expires_at = later(now, lease_duration);
+            if rows.is_empty() {
+                return Ok(Vec::new());
+            }
+            // The rows are locked (FOR UPDATE SKIP LOCKED, or SQLite's write transaction), so
+            // the whole batch starts in two statements: one UPDATE and one multi-row INSERT.
+            let (e, a) = (D::quote(&self.inner.tables.executions), D::quote(&self.inner.tables.attempts));
+            let marks = vec!["?"; rows.len()].join(", ");
+            let cases = vec!["WHEN ? THEN ?"; rows.len()].join(" ");
+            let start = D::render(&format!(
+                "UPDATE {e} SET status = 'running', attempts = attempts + 1, lease_token = CASE id {cases} END, \
+                 lease_expires_at = ?, worker_id = ?, started_at = COALESCE(started_at, ?), updated_at = ?, \
+                 version = version + 1 WHERE id IN ({marks})"
+            ));
+            let insert = D::render(&format!(
+                "INSERT INTO {a} (id, execution_id, attempt_no, lease_token, worker_id, status, error, started_at, \
+                 heartbeat_at, finished_at) VALUES {}",
+                vec!["(?, ?, ?, ?, ?, 'running', NULL, ?, ?, NULL)"; rows.len()].join(", ")
+            ));
+            let mut start_params: Vec<Param> = Vec::with_capacity(rows.len() * 3 + 4);
+            let mut insert_params: Vec<Param> = Vec::with_capacity(rows.len() * 7);
+            let mut leases = Vec::with_capacity(rows.len());
+            for mut row in rows.clone() {
+                let attempt_id = new_row_id();
+                let lease_token = Uuid::new_v4();
+                start_params.extend([row.id.into(), lease_token.into()]);
+                row.status = ExecutionStatus::Running;
+                row.attempts += 1;
+                row.lease_token = Some(lease_token);
+                row.lease_expires_at = Some(lease_expires_at);
+                row.worker_id = Some(worker_id.clone());
+                row.started_at = row.started_at.or(Some(now));
+                row.updated_at = now;
+                row.version += 1;
+                insert_params.extend([
+                    attempt_id.into(),
+                    row.id.into(),
+                    row.attempts.into(),
+                    lease_token.into(),
+                    worker_id.clone().into(),
+                    now.into(),
+                    now.into(),
+                ]);
+                leases.push(ExecutionLease { execution: row.to_execution()?, attempt_id, lease_token, lease_expires_at });
+            }
+            start_params.extend([lease_expires_at.into(), worker_id.clone().into(), now.into(), now.into()]);
+            start_params.extend(rows.iter().map(|r| Param::from(r.id)));
+            let started = D::execute(&mut tx, &start, start_params).await.map_err(db::<D>(op))?;
+            if started != rows.len() as u64 {
+                return Err(ExecutionError::Backend(
+                    format!("claim updated {started} of {} locked rows", rows.len()).into(),
+                ));
+            }
+            D::execute(&mut tx, &insert, insert_params).await.map_err(db::<D>(op))?;
+            Ok(leases)
+        }
+        .await;
+        Self::finish(tx, out, op).await
+    }
+}

@@ -1,0 +1,322 @@
+//! Completing an attempt: one completion, or a batch written with one statement per table.
+
+use super::*;
+
+impl<D: Dialect> SqlExecutionBackend<D> {
+    pub(super) async fn complete_once(
+        &self,
+        execution_id: Uuid,
+        attempt_id: Uuid,
+        lease_token: Uuid,
+        completion: ExecutionCompletion,
+    ) -> ExecutionResult<Execution> {
+        let completion = completion.validate()?;
+        let op = ConnectorOperation::Ack;
+        let s = &self.inner.statements;
+        let mut tx = self.begin(op).await?;
+        let out: ExecutionResult<_> = async {
+            let now = self.now(&mut tx, op).await?;
+            let Some(mut row) =
+                Self::one(&mut tx, &s.get_for_update, vec![execution_id.into()], op).await?
+            else {
+                return Err(ExecutionError::LeaseLost("execution does not exist".into()));
+            };
+            let requested = completion.status();
+            let (status, result, error) = if cancel_wins(&completion, row.status) {
+                (ExecutionStatus::Cancelled, None, None)
+            } else {
+                match &completion {
+                    ExecutionCompletion::Succeeded { result } => (
+                        requested,
+                        Some(encode_result(result, &self.inner.options.limits)?),
+                        None,
+                    ),
+                    other => (requested, None, other.error().map(|e| e.to_json())),
+                }
+            };
+            let fenced = row.lease_token == Some(lease_token)
+                && completion_sources(requested).contains(&row.status)
+                && row.lease_expires_at.is_some_and(|e| e > now);
+            if !fenced {
+                if is_replay(
+                    requested,
+                    row.status,
+                    row.result.as_ref(),
+                    row.error.as_ref(),
+                    result.as_ref(),
+                    error.as_ref(),
+                ) {
+                    return row.to_execution();
+                }
+                return Err(ExecutionError::lease_lost());
+            }
+            let (available_at, finished_at) = match &completion {
+                ExecutionCompletion::Retrying { delay_s, .. }
+                    if status == ExecutionStatus::Retrying =>
+                {
+                    (
+                        later(now, Duration::from_secs_f64(delay_s.unwrap_or(0.0))),
+                        None,
+                    )
+                }
+                _ => (row.available_at, Some(now)),
+            };
+            let changed = D::execute(
+                &mut tx,
+                &s.complete,
+                vec![
+                    status.as_str().into(),
+                    now.into(),
+                    Param::OptJson(result.clone()),
+                    Param::OptJson(error.clone()),
+                    available_at.into(),
+                    finished_at.into(),
+                    execution_id.into(),
+                    row.version.into(),
+                ],
+            )
+            .await
+            .map_err(db::<D>(op))?;
+            if changed != 1 {
+                return Err(ExecutionError::lease_lost());
+            }
+            let attempt = D::execute(
+                &mut tx,
+                &s.finish_attempt,
+                vec![
+                    attempt_status_for(status).as_str().into(),
+                    Param::OptJson(error.clone()),
+                    now.into(),
+                    attempt_id.into(),
+                    execution_id.into(),
+                    lease_token.into(),
+                ],
+            )
+            .await
+            .map_err(db::<D>(op))?;
+            if attempt != 1 {
+                return Err(ExecutionError::LeaseLost(
+                    "execution attempt is no longer valid".into(),
+                ));
+            }
+            row.status = status;
+            row.updated_at = now;
+            row.version += 1;
+            row.lease_token = None;
+            row.lease_expires_at = None;
+            row.worker_id = None;
+            row.result = result;
+            row.error = error;
+            row.available_at = available_at;
+            row.finished_at = finished_at;
+            row.to_execution()
+        }
+        .await;
+        Self::finish(tx, out, op).await
+    }
+
+    /// A statement over a batch of ids and its id parameters: `template`'s `{ids}` becomes the
+    /// dialect's fixed-shape match with the ids as one text ([`Dialect::ID_IN_TEXT_LIST`]),
+    /// planned per call (a plan kept from the start of a drain, when the attempts table was
+    /// nearly empty, would scan the whole table for every batch once it has grown), or
+    /// `IN (?, …)` with one parameter per id (kept prepared only while short, see
+    /// [`crate::param::is_stable`]).
+    pub(super) fn over_ids(
+        &self,
+        template: &str,
+        ids: impl ExactSizeIterator<Item = Uuid>,
+    ) -> (String, Vec<Param>) {
+        let (e, a) = (
+            D::quote(&self.inner.tables.executions),
+            D::quote(&self.inner.tables.attempts),
+        );
+        let (prefix, matcher, params) = match D::ID_IN_TEXT_LIST {
+            Some(matcher) => {
+                let list = ids.map(|id| id.to_string()).collect::<Vec<_>>().join(",");
+                (PLAN_PER_CALL, matcher.to_string(), vec![Param::Text(list)])
+            }
+            None => (
+                "",
+                format!("IN ({})", vec!["?"; ids.len()].join(", ")),
+                ids.map(Param::from).collect(),
+            ),
+        };
+        let statement = sql::render(
+            &template.replace("{ids}", &matcher),
+            &e,
+            &a,
+            D::FOR_UPDATE,
+            D::SKIP_LOCKED,
+        );
+        (format!("{prefix}{}", D::render(&statement)), params)
+    }
+
+    /// Completes distinct executions in one transaction: lock them all (in id order), decide each
+    /// with the same rules as [`complete`](LeasedExecutionBackend::complete), write the accepted
+    /// ones with one UPDATE per table, commit once.
+    pub(super) async fn complete_batch(
+        &self,
+        completions: &[(Uuid, Uuid, Uuid, ExecutionCompletion)],
+    ) -> ExecutionResult<Vec<ExecutionResult<Execution>>> {
+        let op = ConnectorOperation::Ack;
+        let (e, a) = (
+            D::quote(&self.inner.tables.executions),
+            D::quote(&self.inner.tables.attempts),
+        );
+        let mut tx = self.begin(op).await?;
+        let out: ExecutionResult<_> = async {
+            let now = self.now(&mut tx, op).await?;
+            let (rows, running) = self.lock_batch(&mut tx, op, completions.iter().map(|c| (c.0, c.1))).await?;
+            let mut results: Vec<Option<ExecutionResult<Execution>>> = Vec::with_capacity(completions.len());
+            // Accepted writes: (index, row, status, result, error, available_at, finished_at).
+            let mut accepted = Vec::new();
+            for (index, (execution_id, attempt_id, token, completion)) in completions.iter().enumerate() {
+                let decided = (|| -> ExecutionResult<Option<_>> {
+                    let completion = completion.clone().validate()?;
+                    let Some(row) = rows.iter().find(|r| r.id == *execution_id) else {
+                        return Err(ExecutionError::LeaseLost("execution does not exist".into()));
+                    };
+                    let requested = completion.status();
+                    let (status, result, error) = if cancel_wins(&completion, row.status) {
+                        (ExecutionStatus::Cancelled, None, None)
+                    } else {
+                        match &completion {
+                            ExecutionCompletion::Succeeded { result } => {
+                                (requested, Some(encode_result(result, &self.inner.options.limits)?), None)
+                            }
+                            other => (requested, None, other.error().map(|e| e.to_json())),
+                        }
+                    };
+                    let fenced = row.lease_token == Some(*token)
+                        && completion_sources(requested).contains(&row.status)
+                        && row.lease_expires_at.is_some_and(|e| e > now);
+                    if !fenced {
+                        if is_replay(requested, row.status, row.result.as_ref(), row.error.as_ref(), result.as_ref(), error.as_ref()) {
+                            return row.to_execution().map(|e| Some(Err(e)));
+                        }
+                        return Err(ExecutionError::lease_lost());
+                    }
+                    if !attempt_runs(&running, *execution_id, *attempt_id, *token) {
+                        return Err(ExecutionError::LeaseLost("execution attempt is no longer valid".into()));
+                    }
+                    let (available_at, finished_at) = match &completion {
+                        ExecutionCompletion::Retrying { delay_s, .. } if status == ExecutionStatus::Retrying => {
+                            (later(now, Duration::from_secs_f64(delay_s.unwrap_or(0.0))), None)
+                        }
+                        _ => (row.available_at, Some(now)),
+                    };
+                    Ok(Some(Ok((row.clone(), status, result, error, available_at, finished_at))))
+                })();
+                match decided {
+                    Ok(Some(Ok(write))) => {
+                        accepted.push((index, write));
+                        results.push(None);
+                    }
+                    Ok(Some(Err(replayed))) => results.push(Some(Ok(replayed))),
+                    Ok(None) => results.push(Some(Err(ExecutionError::lease_lost()))),
+                    Err(err) => results.push(Some(Err(err))),
+                }
+            }
+            if let (false, Some(statements)) = (accepted.is_empty(), &self.inner.statements.complete_many) {
+                let n = accepted.len();
+                let writes: Vec<CompletionWrite<'_>> = accepted
+                    .iter()
+                    .map(|(index, (row, status, result, error, available_at, finished_at))| CompletionWrite {
+                        execution_id: row.id,
+                        attempt_id: completions[*index].1,
+                        status: status.as_str(),
+                        attempt_status: attempt_status_for(*status).as_str(),
+                        result: result.as_ref(),
+                        error: error.as_ref(),
+                        available_at: *available_at,
+                        finished_at: *finished_at,
+                    })
+                    .collect();
+                let (changed, finished) = D::complete_many(&mut tx, statements, now, &writes).await.map_err(db::<D>(op))?;
+                if changed != n as u64 {
+                    return Err(ExecutionError::Backend(format!("batched completion updated {changed} of {n} locked rows").into()));
+                }
+                if finished != n as u64 {
+                    return Err(ExecutionError::Backend(format!("batched completion finished {finished} of {n} attempts").into()));
+                }
+            } else if !accepted.is_empty() {
+                let n = accepted.len();
+                let when = vec!["WHEN ? THEN ?"; n].join(" ");
+                let in_marks = vec!["?"; n].join(", ");
+                let update = D::render(&format!(
+                    "UPDATE {e} SET status = CASE id {when} END, result = CASE id {when} END, \
+                     error = CASE id {when} END, available_at = CASE id {when} END, \
+                     finished_at = CASE id {when} END, updated_at = ?, version = version + 1, \
+                     lease_token = NULL, lease_expires_at = NULL, worker_id = NULL WHERE id IN ({in_marks})"
+                ));
+                let mut p: Vec<Param> = Vec::with_capacity(n * 10 + n + 1);
+                for (_, (row, status, ..)) in &accepted {
+                    p.extend([Param::from(row.id), Param::from(status.as_str())]);
+                }
+                for (_, (row, _, result, ..)) in &accepted {
+                    p.extend([Param::from(row.id), Param::OptJson(result.clone())]);
+                }
+                for (_, (row, _, _, error, ..)) in &accepted {
+                    p.extend([Param::from(row.id), Param::OptJson(error.clone())]);
+                }
+                for (_, (row, _, _, _, available_at, _)) in &accepted {
+                    p.extend([Param::from(row.id), Param::from(*available_at)]);
+                }
+                for (_, (row, _, _, _, _, finished_at)) in &accepted {
+                    p.extend([Param::from(row.id), Param::from(*finished_at)]);
+                }
+                p.push(now.into());
+                p.extend(accepted.iter().map(|(_, (row, ..))| Param::from(row.id)));
+                let changed = D::execute(&mut tx, &update, p).await.map_err(db::<D>(op))?;
+                if changed != n as u64 {
+                    return Err(ExecutionError::Backend(format!("batched completion updated {changed} of {n} locked rows").into()));
+                }
+                let finish = D::render(&format!(
+                    "UPDATE {a} SET status = CASE id {when} END, error = CASE id {when} END, finished_at = ? \
+                     WHERE id IN ({in_marks}) AND status = 'running'"
+                ));
+                let mut p: Vec<Param> = Vec::with_capacity(n * 5 + 1);
+                for (index, (_, status, ..)) in &accepted {
+                    p.extend([Param::from(completions[*index].1), Param::from(attempt_status_for(*status).as_str())]);
+                }
+                for (index, (_, _, _, error, ..)) in &accepted {
+                    p.extend([Param::from(completions[*index].1), Param::OptJson(error.clone())]);
+                }
+                p.push(now.into());
+                p.extend(accepted.iter().map(|(index, _)| Param::from(completions[*index].1)));
+                let finished = D::execute(&mut tx, &finish, p).await.map_err(db::<D>(op))?;
+                if finished != n as u64 {
+                    return Err(ExecutionError::Backend(format!("batched completion finished {finished} of {n} attempts").into()));
+                }
+            }
+            let mut out = Vec::with_capacity(completions.len());
+            let mut accepted_iter = accepted.into_iter().peekable();
+            for (index, result) in results.into_iter().enumerate() {
+                match result {
+                    Some(r) => out.push(r),
+                    None => {
+                        let Some((_, (mut row, status, result, error, available_at, finished_at))) =
+                            accepted_iter.next_if(|(i, _)| *i == index)
+                        else {
+                            return Err(ExecutionError::Backend("batched completion lost track of a row".into()));
+                        };
+                        row.status = status;
+                        row.updated_at = now;
+                        row.version += 1;
+                        row.lease_token = None;
+                        row.lease_expires_at = None;
+                        row.worker_id = None;
+                        row.result = result;
+                        row.error = error;
+                        row.available_at = available_at;
+                        row.finished_at = finished_at;
+                        out.push(row.to_execution());
+                    }
+                }
+            }
+            Ok(out)
+        }
+        .await;
+        Self::finish(tx, out, op).await
+    }
+}

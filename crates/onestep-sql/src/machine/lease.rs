@@ -1,0 +1,246 @@
+//! Holding a lease: checking, renewing (one by one or in a batch) and releasing it.
+
+use super::*;
+
+impl<D: Dialect> SqlExecutionBackend<D> {
+    /// Whether the running attempt of a lease exists.
+    pub(super) async fn attempt_is_running(
+        &self,
+        tx: &mut Tx<D>,
+        execution_id: Uuid,
+        attempt_id: Uuid,
+        token: Uuid,
+        op: ConnectorOperation,
+    ) -> ExecutionResult<bool> {
+        let rows = D::fetch_attempts(
+            tx,
+            &self.inner.statements.get_running_attempt,
+            vec![attempt_id.into(), execution_id.into(), token.into()],
+        )
+        .await
+        .map_err(db::<D>(op))?;
+        Ok(!rows.is_empty())
+    }
+
+    pub(super) async fn heartbeat_once(
+        &self,
+        execution_id: Uuid,
+        attempt_id: Uuid,
+        lease_token: Uuid,
+        lease_duration: Duration,
+    ) -> ExecutionResult<HeartbeatResult> {
+        if lease_duration.is_zero() {
+            return Err(ExecutionError::invalid(
+                "lease_duration_s",
+                "must be > 0, got 0",
+            ));
+        }
+        let op = ConnectorOperation::Heartbeat;
+        let s = &self.inner.statements;
+        let mut tx = self.begin(op).await?;
+        let out: ExecutionResult<_> = async {
+            let now = self.now(&mut tx, op).await?;
+            let expires = later(now, lease_duration);
+            let renewed = D::execute(
+                &mut tx,
+                &s.heartbeat,
+                vec![
+                    expires.into(),
+                    now.into(),
+                    execution_id.into(),
+                    lease_token.into(),
+                    now.into(),
+                ],
+            )
+            .await
+            .map_err(db::<D>(op))?;
+            let beat = D::execute(
+                &mut tx,
+                &s.heartbeat_attempt,
+                vec![
+                    now.into(),
+                    attempt_id.into(),
+                    execution_id.into(),
+                    lease_token.into(),
+                ],
+            )
+            .await
+            .map_err(db::<D>(op))?;
+            if renewed != 1 || beat != 1 {
+                return Err(ExecutionError::lease_lost());
+            }
+            let row = Self::one(
+                &mut tx,
+                &s.get_for_update.replace(D::FOR_UPDATE, ""),
+                vec![execution_id.into()],
+                op,
+            )
+            .await?;
+            let cancel_requested =
+                row.is_some_and(|r| r.status == ExecutionStatus::CancelRequested);
+            Ok(HeartbeatResult {
+                lease_expires_at: expires,
+                cancel_requested,
+            })
+        }
+        .await;
+        Self::finish(tx, out, op).await
+    }
+
+    /// Locks the executions of a batch of (execution, attempt) pairs, in id order, and reads
+    /// those of their attempts still running: what batched heartbeats and completions decide on.
+    pub(super) async fn lock_batch(
+        &self,
+        tx: &mut Tx<D>,
+        op: ConnectorOperation,
+        pairs: impl ExactSizeIterator<Item = (Uuid, Uuid)> + Clone,
+    ) -> ExecutionResult<(Vec<ExecutionRow>, Vec<AttemptRow>)> {
+        let (lock, execution_ids) = self.over_ids(sql::LOCK_MANY, pairs.clone().map(|p| p.0));
+        let (attempts, attempt_ids) = self.over_ids(sql::RUNNING_ATTEMPTS_MANY, pairs.map(|p| p.1));
+        let rows = D::fetch_executions(tx, &lock, execution_ids)
+            .await
+            .map_err(db::<D>(op))?;
+        let running = D::fetch_attempts(tx, &attempts, attempt_ids)
+            .await
+            .map_err(db::<D>(op))?;
+        Ok((rows, running))
+    }
+
+    /// Renews distinct leases in one transaction: lock their executions (in id order) and read
+    /// their running attempts, decide each lease with the rules of
+    /// [`heartbeat`](LeasedExecutionBackend::heartbeat), renew the held ones with one UPDATE per
+    /// table, commit once. A lease that is not held is reported lost and left unchanged.
+    pub(super) async fn heartbeat_batch(
+        &self,
+        leases: &[(Uuid, Uuid, Uuid)],
+        lease_duration: Duration,
+    ) -> ExecutionResult<Vec<ExecutionResult<HeartbeatResult>>> {
+        let op = ConnectorOperation::Heartbeat;
+        let mut tx = self.begin(op).await?;
+        let out: ExecutionResult<_> = async {
+            let now = self.now(&mut tx, op).await?;
+            let expires = later(now, lease_duration);
+            let (rows, running) = self
+                .lock_batch(&mut tx, op, leases.iter().map(|l| (l.0, l.1)))
+                .await?;
+            let mut held = Vec::with_capacity(leases.len());
+            let results: Vec<ExecutionResult<HeartbeatResult>> = leases
+                .iter()
+                .map(|&(execution_id, attempt_id, token)| {
+                    let row = rows.iter().find(|r| {
+                        r.id == execution_id
+                            && r.lease_token == Some(token)
+                            && matches!(
+                                r.status,
+                                ExecutionStatus::Running | ExecutionStatus::CancelRequested
+                            )
+                            && r.lease_expires_at.is_some_and(|e| e > now)
+                    });
+                    match row {
+                        Some(row) if attempt_runs(&running, execution_id, attempt_id, token) => {
+                            held.push((execution_id, attempt_id));
+                            Ok(HeartbeatResult {
+                                lease_expires_at: expires,
+                                cancel_requested: row.status == ExecutionStatus::CancelRequested,
+                            })
+                        }
+                        _ => Err(ExecutionError::lease_lost()),
+                    }
+                })
+                .collect();
+            if !held.is_empty() {
+                let n = held.len() as u64;
+                let (renew, ids) = self.over_ids(sql::HEARTBEAT_MANY, held.iter().map(|h| h.0));
+                let renewed = D::execute(
+                    &mut tx,
+                    &renew,
+                    [vec![expires.into(), now.into()], ids].concat(),
+                )
+                .await
+                .map_err(db::<D>(op))?;
+                let (beat, ids) =
+                    self.over_ids(sql::HEARTBEAT_ATTEMPTS_MANY, held.iter().map(|h| h.1));
+                let beaten = D::execute(&mut tx, &beat, [vec![now.into()], ids].concat())
+                    .await
+                    .map_err(db::<D>(op))?;
+                if renewed != n || beaten != n {
+                    return Err(ExecutionError::Backend(
+                        format!(
+                            "batched heartbeat renewed {renewed} executions and {beaten} attempts \
+                             of {n} locked leases"
+                        )
+                        .into(),
+                    ));
+                }
+            }
+            Ok(results)
+        }
+        .await;
+        Self::finish(tx, out, op).await
+    }
+
+    pub(super) async fn release_once(
+        &self,
+        execution_id: Uuid,
+        attempt_id: Uuid,
+        lease_token: Uuid,
+    ) -> ExecutionResult<Execution> {
+        let op = ConnectorOperation::Retry;
+        let s = &self.inner.statements;
+        let mut tx = self.begin(op).await?;
+        let out: ExecutionResult<_> = async {
+            let now = self.now(&mut tx, op).await?;
+            let Some(mut row) =
+                Self::one(&mut tx, &s.get_for_update, vec![execution_id.into()], op).await?
+            else {
+                return Err(ExecutionError::LeaseLost("execution does not exist".into()));
+            };
+            let fenced = row.status == ExecutionStatus::Running
+                && row.lease_token == Some(lease_token)
+                && row.lease_expires_at.is_some_and(|e| e > now);
+            if !fenced
+                || !self
+                    .attempt_is_running(&mut tx, execution_id, attempt_id, lease_token, op)
+                    .await?
+            {
+                return Err(ExecutionError::lease_lost());
+            }
+            D::execute(
+                &mut tx,
+                &s.release,
+                vec![
+                    now.into(),
+                    now.into(),
+                    execution_id.into(),
+                    row.version.into(),
+                ],
+            )
+            .await
+            .map_err(db::<D>(op))?;
+            D::execute(
+                &mut tx,
+                &s.finish_attempt,
+                vec![
+                    AttemptStatus::LeaseLost.as_str().into(),
+                    Param::OptJson(None),
+                    now.into(),
+                    attempt_id.into(),
+                    execution_id.into(),
+                    lease_token.into(),
+                ],
+            )
+            .await
+            .map_err(db::<D>(op))?;
+            row.status = ExecutionStatus::Queued;
+            row.available_at = now;
+            row.lease_token = None;
+            row.lease_expires_at = None;
+            row.worker_id = None;
+            row.updated_at = now;
+            row.version += 1;
+            row.to_execution()
+        }
+        .await;
+        Self::finish(tx, out, op).await
+    }
+}

@@ -1,0 +1,417 @@
+//! [`SqlExecutionBackend`]: the execution state machine, written once over a [`Dialect`].
+//!
+//! | module | what happens there |
+//! |---|---|
+//! | `backend` | the [`ExecutionBackend`] and [`LeasedExecutionBackend`] contract: retries of transient errors, one-by-one fallbacks |
+//! | `submit` | submit one request or a batch; wake idle workers |
+//! | `claim` | claim ready executions (one statement, or in steps) |
+//! | `maintain` | at claim time: expire what waited past `expires_at`, reclaim expired leases |
+//! | `lease` | check, renew and release a lease |
+//! | `complete` | complete an attempt, one or a batch (cancel wins, replays, lost leases) |
+//! | `admin` | attempts of one execution, counts per status, pruning |
+//! | `statements` | every statement, rendered once for the tables and dialect |
+//!
+//! This file holds the backend itself, its options, and the transaction helpers every module
+//! uses.
+
+mod admin;
+mod backend;
+mod claim;
+mod complete;
+mod lease;
+mod maintain;
+mod statements;
+mod submit;
+
+use statements::{ClaimColumn, Statements, one_statement_claim};
+
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use onestep_core::ConnectorOperation;
+use onestep_core::clock::SharedClock;
+use onestep_core::execution::backend::{validate_cancel_reason, validate_claim};
+use onestep_core::execution::cursor::decode_cursor;
+use onestep_core::execution::state::{
+    attempt_status_for, cancel_target, cancel_wins, completion_sources, is_replay,
+};
+use onestep_core::execution::stored::{
+    AttemptRow, EncodedSubmission, ExecutionRow, encode_result, encode_submission, page_of,
+    reject_nul,
+};
+use onestep_core::execution::{
+    AttemptStatus, Execution, ExecutionBackend, ExecutionCompletion, ExecutionError,
+    ExecutionLease, ExecutionLimits, ExecutionPage, ExecutionQuery, ExecutionRequest,
+    ExecutionResult, ExecutionStatus, HeartbeatResult, LeasedExecutionBackend,
+};
+use serde_json::Value;
+use time::OffsetDateTime;
+use tokio::sync::Mutex as AsyncMutex;
+use uuid::Uuid;
+
+use crate::connector::SqlConnector;
+use crate::dialect::{CompletionWrite, Dialect};
+use crate::param::{PLAN_PER_CALL, Param};
+use crate::schema::{SchemaError, TableNames};
+use crate::sql;
+
+/// How many executions have one status, and the oldest of them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StatusCount {
+    /// The status.
+    pub status: ExecutionStatus,
+    /// How many executions have it.
+    pub count: usize,
+    /// When the oldest of them was submitted.
+    pub oldest_created_at: Option<OffsetDateTime>,
+}
+
+/// Options of a SQL execution backend, with the reference's defaults.
+#[derive(Debug, Clone)]
+pub struct BackendOptions {
+    /// The executions table (default `onestep_executions`).
+    pub table: String,
+    /// The attempts table (default `onestep_execution_attempts`).
+    pub attempts_table: String,
+    /// Create missing tables on first use (default true). With false, missing tables are an error.
+    pub auto_create: bool,
+    /// Size limits.
+    pub limits: ExecutionLimits,
+    /// How many expired rows each claim recovers per maintenance step (default 100).
+    pub reclaim_batch_size: usize,
+    /// Decide leases with this clock instead of the dialect's (tests). PostgreSQL otherwise uses
+    /// the transaction's database time; MySQL and SQLite the process clock.
+    pub clock: Option<SharedClock>,
+    /// The least time between two claim-time maintenance passes of this backend (default
+    /// 250 ms; zero runs it on every claim, as the reference does). Recovery of expired work is
+    /// delayed by at most this much, and busy workers do not rescan on every claim.
+    pub maintenance_interval: Duration,
+    /// The least time between two sweeps for queued work past its `expires_at` (default 5 s;
+    /// zero sweeps on every maintenance pass). Claims never pick expired work whatever this is;
+    /// it only bounds how long such work still reads as `queued` or `retrying`. The sweep has no
+    /// index of its own (the tables are the reference's), so it reads every waiting row on
+    /// PostgreSQL and SQLite and the whole table on MySQL; hence the slower cadence.
+    pub expiry_sweep_interval: Duration,
+}
+
+impl Default for BackendOptions {
+    fn default() -> Self {
+        Self {
+            table: "onestep_executions".into(),
+            attempts_table: "onestep_execution_attempts".into(),
+            auto_create: true,
+            limits: ExecutionLimits::default(),
+            reclaim_batch_size: 100,
+            clock: None,
+            maintenance_interval: Duration::from_millis(250),
+            expiry_sweep_interval: Duration::from_secs(5),
+        }
+    }
+}
+
+struct Inner<D: Dialect> {
+    connector: SqlConnector<D>,
+    owns_connector: bool,
+    tables: TableNames,
+    statements: Statements,
+    options: BackendOptions,
+    ready: AsyncMutex<bool>,
+    /// The claim column and the statements that use it, derived when the backend becomes ready.
+    claim_column: std::sync::OnceLock<ClaimColumn>,
+    opens: AtomicUsize,
+    last_maintenance: std::sync::Mutex<Option<std::time::Instant>>,
+    /// When the expiry sweep last ran in this process.
+    last_expiry_sweep: std::sync::Mutex<Option<std::time::Instant>>,
+    /// Whether the last batched submit that read its keys found some already stored: the next
+    /// batch then reads its keys first instead of trying them as new (see `submit_many`).
+    batch_keys_were_stored: std::sync::atomic::AtomicBool,
+    /// Bumped when work may have become claimable (in this process, or notified by another).
+    work: Arc<tokio::sync::watch::Sender<u64>>,
+    /// The LISTEN task, started by the first idle worker.
+    listener: std::sync::OnceLock<tokio_util::task::AbortOnDropHandle<()>>,
+    /// When this process last sent a NOTIFY (rate limit).
+    last_notify: std::sync::Mutex<Option<std::time::Instant>>,
+    /// The notification channel (`onestep_` + the executions table, at most 63 characters).
+    channel: String,
+    _dialect: PhantomData<D>,
+}
+
+/// Tracked execution on a SQL database: the one state machine every dialect shares.
+///
+/// Use it through its dialect aliases (`PostgresExecutionBackend`, `MySqlExecutionBackend`,
+/// `SqliteExecutionBackend`). Cheap to clone; clones share the pool.
+pub struct SqlExecutionBackend<D: Dialect> {
+    inner: Arc<Inner<D>>,
+}
+
+impl<D: Dialect> Clone for SqlExecutionBackend<D> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+impl<D: Dialect> std::fmt::Debug for SqlExecutionBackend<D> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqlExecutionBackend")
+            .field("dialect", &D::NAME)
+            .field("connector", &self.inner.connector)
+            .field("tables", &self.inner.tables)
+            .finish()
+    }
+}
+
+type Tx<D> = sqlx::Transaction<'static, <D as Dialect>::Db>;
+
+fn db<D: Dialect>(operation: ConnectorOperation) -> impl Fn(sqlx::Error) -> ExecutionError {
+    move |err| ExecutionError::Connector(D::connector_error(operation, err))
+}
+
+/// A table-name error as an invalid argument naming the option.
+pub(crate) fn schema_error(err: SchemaError) -> ExecutionError {
+    match err {
+        SchemaError::NotAnIdentifier { field } => {
+            ExecutionError::invalid(field, "must be a non-empty SQL identifier")
+        }
+        SchemaError::TooLong { field, max_length } => {
+            ExecutionError::invalid(field, format!("must be at most {max_length} characters"))
+        }
+        SchemaError::SameTable => ExecutionError::invalid(
+            "attempts_table",
+            "must name a different table than executions_table",
+        ),
+    }
+}
+
+/// Whether an error is a unique-index violation (a concurrent submit of the same key).
+fn is_unique_violation(err: &ExecutionError) -> bool {
+    match err {
+        ExecutionError::Connector(c) => c
+            .cause
+            .as_deref()
+            .and_then(|cause| cause.downcast_ref::<sqlx::Error>())
+            .is_some_and(|e| matches!(e, sqlx::Error::Database(d) if d.is_unique_violation())),
+        _ => false,
+    }
+}
+
+/// The most rows one claim takes: keeps its statements under every dialect's bind limit.
+pub const MAX_CLAIM_ROWS: usize = 1000;
+
+/// How many times a transaction that failed transiently (deadlock, lock wait timeout,
+/// serialization failure) is run again before the error is reported.
+const TRANSIENT_RETRIES: u32 = 3;
+
+/// Runs `attempt` again after transient failures; the failed transaction rolled back, so nothing
+/// was written.
+async fn retry_transient<T, F, Fut>(mut attempt: F) -> ExecutionResult<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = ExecutionResult<T>>,
+{
+    let mut tries = 0;
+    loop {
+        match attempt().await {
+            Err(ExecutionError::Connector(c))
+                if c.kind == onestep_core::ConnectorErrorKind::Transient
+                    && tries < TRANSIENT_RETRIES =>
+            {
+                tries += 1;
+                tracing::debug!(error = %c, tries, "transient database error; running the transaction again");
+                tokio::time::sleep(
+                    Duration::from_millis(10 * u64::from(tries))
+                        + Duration::from_micros(fastrand_micros()),
+                )
+                .await;
+            }
+            other => return other,
+        }
+    }
+}
+
+/// A little jitter so retried transactions do not collide again in lock step.
+fn fastrand_micros() -> u64 {
+    u64::from(Uuid::new_v4().as_bytes()[0]) * 20
+}
+
+/// A new execution or attempt id: a time-ordered UUIDv7 (monotonic within the process).
+///
+/// Ids are opaque to the reference and to users, but their order matters to the tables' primary
+/// keys: MySQL/MariaDB store rows in primary-key order, so random (v4) ids put every new row on a
+/// random page of the whole table, and once the table outgrows the buffer pool each insert,
+/// claim and completion reads a page from disk. Time-ordered ids keep new rows, the ones a queue
+/// works on, together at the end (on PostgreSQL: in the primary-key index). Lease tokens stay
+/// random (v4): they are the fence, not a key.
+/// Whether no execution appears twice (a batch may then lock and write each row once).
+fn distinct_executions(ids: impl Iterator<Item = Uuid>) -> bool {
+    let mut seen = std::collections::HashSet::new();
+    ids.into_iter().all(|id| seen.insert(id))
+}
+
+/// Whether `attempt_id` is, among the `running` attempts a batch read, the running attempt of
+/// `execution_id` under `token`.
+fn attempt_runs(running: &[AttemptRow], execution_id: Uuid, attempt_id: Uuid, token: Uuid) -> bool {
+    running
+        .iter()
+        .any(|r| r.id == attempt_id && r.execution_id == execution_id && r.lease_token == token)
+}
+
+fn new_row_id() -> Uuid {
+    Uuid::now_v7()
+}
+
+fn later(now: OffsetDateTime, d: Duration) -> OffsetDateTime {
+    onestep_core::clock::whole_micros(
+        now.checked_add(time::Duration::try_from(d).unwrap_or(time::Duration::MAX))
+            .unwrap_or(now),
+    )
+}
+
+impl<D: Dialect> SqlExecutionBackend<D> {
+    /// A backend that owns a lazily connected pool for `dsn` (no I/O until first use).
+    pub fn new(dsn: &str, options: BackendOptions) -> ExecutionResult<Self> {
+        let connector = SqlConnector::<D>::new(dsn)?;
+        Self::build(connector, true, options)
+    }
+
+    /// A backend sharing `connector`'s pool; closing the backend never closes the connector.
+    pub fn from_connector(
+        connector: &SqlConnector<D>,
+        options: BackendOptions,
+    ) -> ExecutionResult<Self> {
+        Self::build(connector.clone(), false, options)
+    }
+
+    fn build(
+        connector: SqlConnector<D>,
+        owns_connector: bool,
+        options: BackendOptions,
+    ) -> ExecutionResult<Self> {
+        let tables = TableNames::new(options.table.trim(), options.attempts_table.trim());
+        tables.validate(D::SCHEMA).map_err(schema_error)?;
+        options.limits.validate()?;
+        if options.reclaim_batch_size < 1 {
+            return Err(ExecutionError::invalid(
+                "reclaim_batch_size",
+                "must be a positive integer, got 0",
+            ));
+        }
+        let statements = Statements::new::<D>(&tables);
+        let channel: String = format!("onestep_{}", tables.executions)
+            .chars()
+            .take(63)
+            .collect();
+        Ok(Self {
+            inner: Arc::new(Inner {
+                connector,
+                owns_connector,
+                tables,
+                statements,
+                options,
+                ready: AsyncMutex::new(false),
+                claim_column: std::sync::OnceLock::new(),
+                opens: AtomicUsize::new(0),
+                last_maintenance: std::sync::Mutex::new(None),
+                last_expiry_sweep: std::sync::Mutex::new(None),
+                batch_keys_were_stored: std::sync::atomic::AtomicBool::new(false),
+                work: Arc::new(tokio::sync::watch::Sender::new(0)),
+                listener: std::sync::OnceLock::new(),
+                last_notify: std::sync::Mutex::new(None),
+                channel,
+                _dialect: PhantomData,
+            }),
+        })
+    }
+
+    /// The connector (shared pool).
+    pub fn connector(&self) -> &SqlConnector<D> {
+        &self.inner.connector
+    }
+
+    /// The table names.
+    pub fn tables(&self) -> &TableNames {
+        &self.inner.tables
+    }
+
+    /// Makes the backend ready once: checks the server, then creates or checks the tables.
+    async fn pool(&self) -> ExecutionResult<sqlx::Pool<D::Db>> {
+        let pool = self.inner.connector.pool()?;
+        let mut ready = self.inner.ready.lock().await;
+        if !*ready {
+            D::check_server(&pool).await?;
+            D::ensure_tables(&pool, &self.inner.tables, self.inner.options.auto_create).await?;
+            let column = D::claim_task_column(&pool, &self.inner.tables).await?;
+            let _ = self
+                .inner
+                .claim_column
+                .set(ClaimColumn::new(column, &self.inner.statements));
+            *ready = true;
+        }
+        Ok(pool)
+    }
+
+    async fn begin(&self, operation: ConnectorOperation) -> ExecutionResult<Tx<D>> {
+        let pool = self.pool().await?;
+        D::begin(&pool).await.map_err(db::<D>(operation))
+    }
+
+    async fn now(
+        &self,
+        tx: &mut Tx<D>,
+        operation: ConnectorOperation,
+    ) -> ExecutionResult<OffsetDateTime> {
+        // Whole microseconds: what the columns keep, so a returned execution equals the stored one.
+        if let Some(clock) = &self.inner.options.clock {
+            return Ok(onestep_core::clock::whole_micros(onestep_core::clock::utc(
+                clock.now(),
+            )));
+        }
+        let db_now = D::database_now(tx).await.map_err(db::<D>(operation))?;
+        Ok(onestep_core::clock::whole_micros(onestep_core::clock::utc(
+            db_now.unwrap_or_else(OffsetDateTime::now_utc),
+        )))
+    }
+
+    /// Commits when `out` is a success, rolls back otherwise. Every write path ends here, so a
+    /// failed or fenced operation never leaves its row locks to a lazy rollback (which would make
+    /// other workers' `SKIP LOCKED` claims skip the row until the connection is reused).
+    async fn finish<T>(
+        tx: Tx<D>,
+        out: ExecutionResult<T>,
+        operation: ConnectorOperation,
+    ) -> ExecutionResult<T> {
+        match out {
+            Ok(value) => {
+                Self::commit(tx, operation).await?;
+                Ok(value)
+            }
+            Err(err) => {
+                if let Err(rollback) = tx.rollback().await {
+                    tracing::debug!(error = %rollback, "rollback after a failed operation failed");
+                }
+                Err(err)
+            }
+        }
+    }
+
+    async fn commit(tx: Tx<D>, operation: ConnectorOperation) -> ExecutionResult<()> {
+        tx.commit().await.map_err(db::<D>(operation))
+    }
+
+    async fn one(
+        tx: &mut Tx<D>,
+        sql: &str,
+        params: Vec<Param>,
+        op: ConnectorOperation,
+    ) -> ExecutionResult<Option<ExecutionRow>> {
+        Ok(D::fetch_executions(tx, sql, params)
+            .await
+            .map_err(db::<D>(op))?
+            .into_iter()
+            .next())
+    }
+}

@@ -1,0 +1,125 @@
+//! The statements of the state machine, rendered once for a backend's tables and dialect.
+
+use super::*;
+
+/// The statements, rendered once for the backend's tables and dialect.
+pub(super) struct Statements {
+    pub(super) insert: String,
+    pub(super) get: String,
+    pub(super) get_for_update: String,
+    pub(super) get_in_namespace_for_update: String,
+    pub(super) get_by_key: String,
+    pub(super) expire_candidates: String,
+    pub(super) expire: String,
+    pub(super) cancel_expiry_candidates: String,
+    pub(super) cancel_expiry: String,
+    pub(super) reclaim_candidates: String,
+    pub(super) reclaim: String,
+    pub(super) finish_attempt_by_token: String,
+    pub(super) claim_one_task: String,
+    /// The dialect's one-statement claim of one task, if it has one.
+    pub(super) claim_one_task_in_one_statement: Option<String>,
+    /// The dialect's look-up of a batch of idempotency keys, if it has one.
+    pub(super) rows_by_keys: Option<String>,
+    /// The dialect's fixed-shape insert of a batch of new executions, if it has one.
+    pub(super) insert_many: Option<String>,
+    /// The dialect's fixed-shape writes of a batch of completions, if it has them.
+    pub(super) complete_many: Option<[String; 2]>,
+    pub(super) heartbeat: String,
+    pub(super) heartbeat_attempt: String,
+    pub(super) get_running_attempt: String,
+    pub(super) complete: String,
+    pub(super) finish_attempt: String,
+    pub(super) release: String,
+    pub(super) cancel: String,
+    pub(super) attempts: String,
+}
+
+impl Statements {
+    pub(super) fn new<D: Dialect>(tables: &TableNames) -> Self {
+        let (e, a) = (D::quote(&tables.executions), D::quote(&tables.attempts));
+        let r = |t: &str| D::render(&sql::render(t, &e, &a, D::FOR_UPDATE, D::SKIP_LOCKED));
+        Self {
+            insert: r(sql::INSERT_EXECUTION),
+            get: r(sql::GET),
+            get_for_update: r(sql::GET_FOR_UPDATE),
+            get_in_namespace_for_update: r(sql::GET_IN_NAMESPACE_FOR_UPDATE),
+            get_by_key: r(sql::GET_BY_KEY),
+            expire_candidates: r(sql::EXPIRE_CANDIDATES),
+            expire: r(sql::EXPIRE),
+            cancel_expiry_candidates: r(sql::CANCEL_EXPIRY_CANDIDATES),
+            cancel_expiry: r(sql::CANCEL_EXPIRY),
+            reclaim_candidates: r(sql::RECLAIM_CANDIDATES),
+            reclaim: r(sql::RECLAIM),
+            finish_attempt_by_token: r(sql::FINISH_ATTEMPT_BY_TOKEN),
+            claim_one_task: r(&sql::CLAIM.replace("{tasks}", "= ?")),
+            claim_one_task_in_one_statement: D::CLAIM_IN_ONE_STATEMENT
+                .map(|t| r(&one_statement_claim(t, "= ?"))),
+            rows_by_keys: D::ROWS_BY_KEYS.map(r),
+            insert_many: D::INSERT_MANY.map(r),
+            complete_many: D::COMPLETE_MANY
+                .map(|[executions, attempts]| [r(executions), r(attempts)]),
+            heartbeat: r(sql::HEARTBEAT),
+            heartbeat_attempt: r(sql::HEARTBEAT_ATTEMPT),
+            get_running_attempt: r(sql::GET_RUNNING_ATTEMPT),
+            complete: r(sql::COMPLETE),
+            finish_attempt: r(sql::FINISH_ATTEMPT),
+            release: r(sql::RELEASE),
+            cancel: r(sql::CANCEL),
+            attempts: r(sql::ATTEMPTS),
+        }
+    }
+}
+
+/// The column the claim filters tasks on (`Dialect::claim_task_column`: `task_name`, or on
+/// MySQL/MariaDB the generated column that is non-NULL only while claimable), with the
+/// statements rewritten for it once, when the backend becomes ready, rather than on every claim.
+pub(super) struct ClaimColumn {
+    pub(super) column: &'static str,
+    /// The claim of one task, filtering on the column.
+    pub(super) claim_one_task: String,
+    /// The expiry sweep, reading the column's index instead of every row where it has one.
+    pub(super) expire_candidates: String,
+}
+
+impl ClaimColumn {
+    pub(super) fn new(column: &'static str, statements: &Statements) -> Self {
+        let expire_candidates = if column == "task_name" {
+            statements.expire_candidates.clone()
+        } else {
+            statements.expire_candidates.replace(
+                "WHERE e.status IN",
+                &format!("WHERE e.{column} IS NOT NULL AND e.status IN"),
+            )
+        };
+        Self {
+            column,
+            claim_one_task: filter_tasks_on(column, &statements.claim_one_task),
+            expire_candidates,
+        }
+    }
+
+    /// A claim `statement` filtering tasks on the column.
+    pub(super) fn claim(&self, statement: &str) -> String {
+        filter_tasks_on(self.column, statement)
+    }
+}
+
+/// `statement` (a claim) filtering tasks on `column`, so it walks the index that holds only
+/// claimable rows instead of every finished row (MySQL/MariaDB).
+pub(super) fn filter_tasks_on(column: &str, statement: &str) -> String {
+    if column == "task_name" {
+        statement.to_string()
+    } else {
+        statement.replace("AND e.task_name ", &format!("AND e.{column} "))
+    }
+}
+
+/// A dialect's one-statement claim template with the claim select and its time filled in;
+/// `tasks` is `= ?` or `IN (?, …)`.
+pub(super) fn one_statement_claim(template: &str, tasks: &str) -> String {
+    template
+        .replace("{claim}", &sql::CLAIM.replace("{cols}", "e.id"))
+        .replace("{now}", sql::NOW_OR_TRANSACTION_TIME)
+        .replace("{tasks}", tasks)
+}

@@ -101,5 +101,24 @@ pub fn whole_micros(t: OffsetDateTime) -> OffsetDateTime {
         .unwrap_or(t)
 }
 
+/// `now` plus `d` as every backend stores it (whole microseconds): when a lease ends, when a
+/// delayed retry is due. A sum past the end of time gives `now` (delays and leases are
+/// validated far below that).
+///
+/// ```
+/// use std::time::Duration;
+/// use time::macros::datetime;
+///
+/// let t = datetime!(2026-01-01 00:00:00 UTC);
+/// assert_eq!(onestep_core::clock::after(t, Duration::from_nanos(1_500)), datetime!(2026-01-01 00:00:00.000001 UTC));
+/// assert_eq!(onestep_core::clock::after(t, Duration::MAX), t, "beyond the end of time: unchanged");
+/// ```
+pub fn after(now: OffsetDateTime, d: std::time::Duration) -> OffsetDateTime {
+    whole_micros(
+        now.checked_add(time::Duration::try_from(d).unwrap_or(time::Duration::MAX))
+            .unwrap_or(now),
+    )
+}
+
 /// A shared clock handle.
 pub type SharedClock = Arc<dyn Clock>;

@@ -175,14 +175,7 @@ pub trait LeasedExecutionBackend: ExecutionBackend {
         leases: &[(Uuid, Uuid, Uuid)],
         lease_duration: Duration,
     ) -> ExecutionResult<Vec<ExecutionResult<HeartbeatResult>>> {
-        let mut out = Vec::with_capacity(leases.len());
-        for &(execution_id, attempt_id, token) in leases {
-            out.push(
-                self.heartbeat(execution_id, attempt_id, token, lease_duration)
-                    .await,
-            );
-        }
-        Ok(out)
+        Ok(heartbeat_each(self, leases, lease_duration).await)
     }
 
     /// Completes several attempts; the default calls [`complete`](LeasedExecutionBackend::complete)
@@ -191,15 +184,45 @@ pub trait LeasedExecutionBackend: ExecutionBackend {
         &self,
         completions: Vec<(Uuid, Uuid, Uuid, ExecutionCompletion)>,
     ) -> ExecutionResult<Vec<ExecutionResult<Execution>>> {
-        let mut out = Vec::with_capacity(completions.len());
-        for (execution_id, attempt_id, token, completion) in completions {
-            out.push(
-                self.complete(execution_id, attempt_id, token, completion)
-                    .await,
-            );
-        }
-        Ok(out)
+        Ok(complete_each(self, completions).await)
     }
+}
+
+/// Renews `leases` one after another with [`LeasedExecutionBackend::heartbeat`], each answered on
+/// its own: the default of `heartbeat_many`, and the one fallback of a backend whose batch
+/// cannot take these leases.
+pub async fn heartbeat_each<B: LeasedExecutionBackend + ?Sized>(
+    backend: &B,
+    leases: &[(Uuid, Uuid, Uuid)],
+    lease_duration: Duration,
+) -> Vec<ExecutionResult<HeartbeatResult>> {
+    let mut out = Vec::with_capacity(leases.len());
+    for &(execution_id, attempt_id, token) in leases {
+        out.push(
+            backend
+                .heartbeat(execution_id, attempt_id, token, lease_duration)
+                .await,
+        );
+    }
+    out
+}
+
+/// Completes one after another, in order, with [`LeasedExecutionBackend::complete`], each
+/// answered on its own: the default of `complete_many`, and the one fallback of a backend whose
+/// batch failed or cannot take these completions.
+pub async fn complete_each<B: LeasedExecutionBackend + ?Sized>(
+    backend: &B,
+    completions: Vec<(Uuid, Uuid, Uuid, ExecutionCompletion)>,
+) -> Vec<ExecutionResult<Execution>> {
+    let mut out = Vec::with_capacity(completions.len());
+    for (execution_id, attempt_id, token, completion) in completions {
+        out.push(
+            backend
+                .complete(execution_id, attempt_id, token, completion)
+                .await,
+        );
+    }
+    out
 }
 
 /// Checks a cancel reason as a backend receives it (at most 500 characters, no U+0000), before

@@ -20,7 +20,7 @@ use super::record::{
     Execution, ExecutionCompletion, ExecutionLease, ExecutionLimits, ExecutionPage, ExecutionQuery,
     ExecutionRequest, HeartbeatResult,
 };
-use super::state::{attempt_status_for, cancel_target, cancel_wins, completion_sources, is_replay};
+use super::state::{CompletionDecision, cancel_target, decide_completion};
 use super::status::{AttemptStatus, ExecutionStatus};
 use super::stored::{AttemptRow, ExecutionRow, encode_result, encode_submission, page_of};
 use crate::clock::{SharedClock, SystemClock};
@@ -241,11 +241,6 @@ impl MemoryExecutionBackend {
     }
 }
 
-fn duration_after(now: OffsetDateTime, d: Duration) -> OffsetDateTime {
-    now.checked_add(time::Duration::try_from(d).unwrap_or(time::Duration::MAX))
-        .unwrap_or(now)
-}
-
 #[async_trait]
 impl ExecutionBackend for MemoryExecutionBackend {
     fn backend_name(&self) -> &str {
@@ -389,7 +384,7 @@ impl LeasedExecutionBackend for MemoryExecutionBackend {
         super::stored::reject_nul("namespace", namespace)?;
         validate_claim(task_names, limit, lease_duration, worker_id)?;
         let now = self.now();
-        let lease_expires_at = duration_after(now, lease_duration);
+        let lease_expires_at = crate::clock::after(now, lease_duration);
         let worker_id = worker_id.trim().to_string();
         let mut tables = self.lock();
         self.maintain(&mut tables, now);
@@ -471,7 +466,7 @@ impl LeasedExecutionBackend for MemoryExecutionBackend {
             ));
         }
         let now = self.now();
-        let expires = duration_after(now, lease_duration);
+        let expires = crate::clock::after(now, lease_duration);
         let mut tables = self.lock();
         let live = tables.executions.get(&execution_id).is_some_and(|r| {
             r.lease_token == Some(lease_token)
@@ -515,61 +510,23 @@ impl LeasedExecutionBackend for MemoryExecutionBackend {
         let Some(current) = tables.executions.get(&execution_id) else {
             return Err(ExecutionError::LeaseLost("execution does not exist".into()));
         };
-        let won = cancel_wins(&completion, current.status);
-        let requested = completion.status();
-        let (status, result, error) = if won {
-            (ExecutionStatus::Cancelled, None, None)
-        } else {
-            match &completion {
-                ExecutionCompletion::Succeeded { result } => (
-                    requested,
-                    Some(encode_result(result, &self.inner.limits)?),
-                    None,
-                ),
-                other => (requested, None, other.error().map(|e| e.to_json())),
-            }
-        };
-        let fenced = current.lease_token == Some(lease_token)
-            && completion_sources(requested).contains(&current.status)
-            && current.lease_expires_at.is_some_and(|e| e > now);
-        if !fenced {
-            if is_replay(
-                requested,
-                current.status,
-                current.result.as_ref(),
-                current.error.as_ref(),
-                result.as_ref(),
-                error.as_ref(),
-            ) {
-                return current.to_execution();
-            }
-            return Err(ExecutionError::lease_lost());
-        }
+        let change =
+            match decide_completion(current, lease_token, &completion, now, &self.inner.limits)? {
+                CompletionDecision::Replay => return current.to_execution(),
+                CompletionDecision::Write(change) => change,
+            };
         let Some(attempt) = tables.running_attempt(attempt_id, execution_id, lease_token) else {
             return Err(ExecutionError::LeaseLost(
                 "execution attempt is no longer valid".into(),
             ));
         };
-        attempt.status = attempt_status_for(status);
-        attempt.error = error.clone();
+        attempt.status = change.attempt_status;
+        attempt.error = change.error.clone();
         attempt.finished_at = Some(now);
         let Some(row) = tables.executions.get_mut(&execution_id) else {
             return Err(ExecutionError::lease_lost());
         };
-        row.status = status;
-        row.updated_at = now;
-        row.version += 1;
-        row.lease_token = None;
-        row.lease_expires_at = None;
-        row.worker_id = None;
-        row.result = result;
-        row.error = error;
-        if let ExecutionCompletion::Retrying { delay_s, .. } = &completion {
-            row.available_at = duration_after(now, Duration::from_secs_f64(delay_s.unwrap_or(0.0)));
-            row.finished_at = None;
-        } else {
-            row.finished_at = Some(now);
-        }
+        change.apply(row, now);
         let snapshot = row.to_execution()?;
         drop(tables);
         self.changed();

@@ -1,6 +1,8 @@
 //! The contract: [`ExecutionBackend`] and [`LeasedExecutionBackend`] over the operations of the
 //! sibling modules, with their retries of transient errors and one-by-one fallbacks.
 
+use onestep_core::execution::backend::{complete_each, heartbeat_each};
+
 use super::*;
 
 #[async_trait]
@@ -217,14 +219,7 @@ impl<D: Dialect> LeasedExecutionBackend for SqlExecutionBackend<D> {
             || !distinct_executions(leases.iter().map(|l| l.0))
             || lease_duration.is_zero()
         {
-            let mut out = Vec::with_capacity(leases.len());
-            for &(execution_id, attempt_id, token) in leases {
-                out.push(
-                    self.heartbeat_once(execution_id, attempt_id, token, lease_duration)
-                        .await,
-                );
-            }
-            return Ok(out);
+            return Ok(heartbeat_each(self, leases, lease_duration).await);
         }
         self.heartbeat_batch(leases, lease_duration).await
     }
@@ -252,14 +247,7 @@ impl<D: Dialect> LeasedExecutionBackend for SqlExecutionBackend<D> {
     ) -> ExecutionResult<Vec<ExecutionResult<Execution>>> {
         if completions.len() < 2 || !distinct_executions(completions.iter().map(|c| c.0)) {
             // One completion, or the same execution twice: complete them one by one, in order.
-            let mut out = Vec::with_capacity(completions.len());
-            for (execution_id, attempt_id, token, completion) in completions {
-                out.push(
-                    self.complete(execution_id, attempt_id, token, completion)
-                        .await,
-                );
-            }
-            return Ok(out);
+            return Ok(complete_each(self, completions).await);
         }
         match retry_transient(|| self.complete_batch(&completions)).await {
             Ok(out) => {
@@ -274,14 +262,7 @@ impl<D: Dialect> LeasedExecutionBackend for SqlExecutionBackend<D> {
             Err(err) => {
                 // The batch failed as a whole: each completion gets its own answer.
                 tracing::debug!(error = %err, "batched completion failed; completing one by one");
-                let mut out = Vec::with_capacity(completions.len());
-                for (execution_id, attempt_id, token, completion) in completions {
-                    out.push(
-                        self.complete(execution_id, attempt_id, token, completion)
-                            .await,
-                    );
-                }
-                Ok(out)
+                Ok(complete_each(self, completions).await)
             }
         }
     }

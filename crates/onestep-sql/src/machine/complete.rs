@@ -21,56 +21,26 @@ impl<D: Dialect> SqlExecutionBackend<D> {
             else {
                 return Err(ExecutionError::LeaseLost("execution does not exist".into()));
             };
-            let requested = completion.status();
-            let (status, result, error) = if cancel_wins(&completion, row.status) {
-                (ExecutionStatus::Cancelled, None, None)
-            } else {
-                match &completion {
-                    ExecutionCompletion::Succeeded { result } => (
-                        requested,
-                        Some(encode_result(result, &self.inner.options.limits)?),
-                        None,
-                    ),
-                    other => (requested, None, other.error().map(|e| e.to_json())),
-                }
-            };
-            let fenced = row.lease_token == Some(lease_token)
-                && completion_sources(requested).contains(&row.status)
-                && row.lease_expires_at.is_some_and(|e| e > now);
-            if !fenced {
-                if is_replay(
-                    requested,
-                    row.status,
-                    row.result.as_ref(),
-                    row.error.as_ref(),
-                    result.as_ref(),
-                    error.as_ref(),
-                ) {
-                    return row.to_execution();
-                }
-                return Err(ExecutionError::lease_lost());
-            }
-            let (available_at, finished_at) = match &completion {
-                ExecutionCompletion::Retrying { delay_s, .. }
-                    if status == ExecutionStatus::Retrying =>
-                {
-                    (
-                        later(now, Duration::from_secs_f64(delay_s.unwrap_or(0.0))),
-                        None,
-                    )
-                }
-                _ => (row.available_at, Some(now)),
+            let change = match decide_completion(
+                &row,
+                lease_token,
+                &completion,
+                now,
+                &self.inner.options.limits,
+            )? {
+                CompletionDecision::Replay => return row.to_execution(),
+                CompletionDecision::Write(change) => change,
             };
             let changed = D::execute(
                 &mut tx,
                 &s.complete,
                 vec![
-                    status.as_str().into(),
+                    change.status.as_str().into(),
                     now.into(),
-                    Param::OptJson(result.clone()),
-                    Param::OptJson(error.clone()),
-                    available_at.into(),
-                    finished_at.into(),
+                    Param::OptJson(change.result.clone()),
+                    Param::OptJson(change.error.clone()),
+                    change.available_at.into(),
+                    change.finished_at.into(),
                     execution_id.into(),
                     row.version.into(),
                 ],
@@ -84,8 +54,8 @@ impl<D: Dialect> SqlExecutionBackend<D> {
                 &mut tx,
                 &s.finish_attempt,
                 vec![
-                    attempt_status_for(status).as_str().into(),
-                    Param::OptJson(error.clone()),
+                    change.attempt_status.as_str().into(),
+                    Param::OptJson(change.error.clone()),
                     now.into(),
                     attempt_id.into(),
                     execution_id.into(),
@@ -99,16 +69,7 @@ impl<D: Dialect> SqlExecutionBackend<D> {
                     "execution attempt is no longer valid".into(),
                 ));
             }
-            row.status = status;
-            row.updated_at = now;
-            row.version += 1;
-            row.lease_token = None;
-            row.lease_expires_at = None;
-            row.worker_id = None;
-            row.result = result;
-            row.error = error;
-            row.available_at = available_at;
-            row.finished_at = finished_at;
+            change.apply(&mut row, now);
             row.to_execution()
         }
         .await;
@@ -167,53 +128,28 @@ impl<D: Dialect> SqlExecutionBackend<D> {
         let out: ExecutionResult<_> = async {
             let now = self.now(&mut tx, op).await?;
             let (rows, running) = self.lock_batch(&mut tx, op, completions.iter().map(|c| (c.0, c.1))).await?;
+            // Each completion's own answer, or `None` where its write is in `accepted`.
             let mut results: Vec<Option<ExecutionResult<Execution>>> = Vec::with_capacity(completions.len());
-            // Accepted writes: (index, row, status, result, error, available_at, finished_at).
-            let mut accepted = Vec::new();
+            let mut accepted: Vec<(usize, ExecutionRow, RowChange)> = Vec::new();
             for (index, (execution_id, attempt_id, token, completion)) in completions.iter().enumerate() {
-                let decided = (|| -> ExecutionResult<Option<_>> {
-                    let completion = completion.clone().validate()?;
+                let decided = completion.clone().validate().and_then(|completion| {
                     let Some(row) = rows.iter().find(|r| r.id == *execution_id) else {
                         return Err(ExecutionError::LeaseLost("execution does not exist".into()));
                     };
-                    let requested = completion.status();
-                    let (status, result, error) = if cancel_wins(&completion, row.status) {
-                        (ExecutionStatus::Cancelled, None, None)
-                    } else {
-                        match &completion {
-                            ExecutionCompletion::Succeeded { result } => {
-                                (requested, Some(encode_result(result, &self.inner.options.limits)?), None)
-                            }
-                            other => (requested, None, other.error().map(|e| e.to_json())),
-                        }
-                    };
-                    let fenced = row.lease_token == Some(*token)
-                        && completion_sources(requested).contains(&row.status)
-                        && row.lease_expires_at.is_some_and(|e| e > now);
-                    if !fenced {
-                        if is_replay(requested, row.status, row.result.as_ref(), row.error.as_ref(), result.as_ref(), error.as_ref()) {
-                            return row.to_execution().map(|e| Some(Err(e)));
-                        }
-                        return Err(ExecutionError::lease_lost());
-                    }
-                    if !attempt_runs(&running, *execution_id, *attempt_id, *token) {
+                    let decision = decide_completion(row, *token, &completion, now, &self.inner.options.limits)?;
+                    if matches!(decision, CompletionDecision::Write(_))
+                        && !attempt_runs(&running, *execution_id, *attempt_id, *token)
+                    {
                         return Err(ExecutionError::LeaseLost("execution attempt is no longer valid".into()));
                     }
-                    let (available_at, finished_at) = match &completion {
-                        ExecutionCompletion::Retrying { delay_s, .. } if status == ExecutionStatus::Retrying => {
-                            (later(now, Duration::from_secs_f64(delay_s.unwrap_or(0.0))), None)
-                        }
-                        _ => (row.available_at, Some(now)),
-                    };
-                    Ok(Some(Ok((row.clone(), status, result, error, available_at, finished_at))))
-                })();
+                    Ok((row, decision))
+                });
                 match decided {
-                    Ok(Some(Ok(write))) => {
-                        accepted.push((index, write));
+                    Ok((row, CompletionDecision::Write(change))) => {
+                        accepted.push((index, row.clone(), change));
                         results.push(None);
                     }
-                    Ok(Some(Err(replayed))) => results.push(Some(Ok(replayed))),
-                    Ok(None) => results.push(Some(Err(ExecutionError::lease_lost()))),
+                    Ok((row, CompletionDecision::Replay)) => results.push(Some(row.to_execution())),
                     Err(err) => results.push(Some(Err(err))),
                 }
             }
@@ -221,15 +157,15 @@ impl<D: Dialect> SqlExecutionBackend<D> {
                 let n = accepted.len();
                 let writes: Vec<CompletionWrite<'_>> = accepted
                     .iter()
-                    .map(|(index, (row, status, result, error, available_at, finished_at))| CompletionWrite {
+                    .map(|(index, row, change)| CompletionWrite {
                         execution_id: row.id,
                         attempt_id: completions[*index].1,
-                        status: status.as_str(),
-                        attempt_status: attempt_status_for(*status).as_str(),
-                        result: result.as_ref(),
-                        error: error.as_ref(),
-                        available_at: *available_at,
-                        finished_at: *finished_at,
+                        status: change.status.as_str(),
+                        attempt_status: change.attempt_status.as_str(),
+                        result: change.result.as_ref(),
+                        error: change.error.as_ref(),
+                        available_at: change.available_at,
+                        finished_at: change.finished_at,
                     })
                     .collect();
                 let (changed, finished) = D::complete_many(&mut tx, statements, now, &writes).await.map_err(db::<D>(op))?;
@@ -250,23 +186,23 @@ impl<D: Dialect> SqlExecutionBackend<D> {
                      lease_token = NULL, lease_expires_at = NULL, worker_id = NULL WHERE id IN ({in_marks})"
                 ));
                 let mut p: Vec<Param> = Vec::with_capacity(n * 10 + n + 1);
-                for (_, (row, status, ..)) in &accepted {
-                    p.extend([Param::from(row.id), Param::from(status.as_str())]);
+                for (_, row, change) in &accepted {
+                    p.extend([Param::from(row.id), Param::from(change.status.as_str())]);
                 }
-                for (_, (row, _, result, ..)) in &accepted {
-                    p.extend([Param::from(row.id), Param::OptJson(result.clone())]);
+                for (_, row, change) in &accepted {
+                    p.extend([Param::from(row.id), Param::OptJson(change.result.clone())]);
                 }
-                for (_, (row, _, _, error, ..)) in &accepted {
-                    p.extend([Param::from(row.id), Param::OptJson(error.clone())]);
+                for (_, row, change) in &accepted {
+                    p.extend([Param::from(row.id), Param::OptJson(change.error.clone())]);
                 }
-                for (_, (row, _, _, _, available_at, _)) in &accepted {
-                    p.extend([Param::from(row.id), Param::from(*available_at)]);
+                for (_, row, change) in &accepted {
+                    p.extend([Param::from(row.id), Param::from(change.available_at)]);
                 }
-                for (_, (row, _, _, _, _, finished_at)) in &accepted {
-                    p.extend([Param::from(row.id), Param::from(*finished_at)]);
+                for (_, row, change) in &accepted {
+                    p.extend([Param::from(row.id), Param::from(change.finished_at)]);
                 }
                 p.push(now.into());
-                p.extend(accepted.iter().map(|(_, (row, ..))| Param::from(row.id)));
+                p.extend(accepted.iter().map(|(_, row, _)| Param::from(row.id)));
                 let changed = D::execute(&mut tx, &update, p).await.map_err(db::<D>(op))?;
                 if changed != n as u64 {
                     return Err(ExecutionError::Backend(format!("batched completion updated {changed} of {n} locked rows").into()));
@@ -276,14 +212,14 @@ impl<D: Dialect> SqlExecutionBackend<D> {
                      WHERE id IN ({in_marks}) AND status = 'running'"
                 ));
                 let mut p: Vec<Param> = Vec::with_capacity(n * 5 + 1);
-                for (index, (_, status, ..)) in &accepted {
-                    p.extend([Param::from(completions[*index].1), Param::from(attempt_status_for(*status).as_str())]);
+                for (index, _, change) in &accepted {
+                    p.extend([Param::from(completions[*index].1), Param::from(change.attempt_status.as_str())]);
                 }
-                for (index, (_, _, _, error, ..)) in &accepted {
-                    p.extend([Param::from(completions[*index].1), Param::OptJson(error.clone())]);
+                for (index, _, change) in &accepted {
+                    p.extend([Param::from(completions[*index].1), Param::OptJson(change.error.clone())]);
                 }
                 p.push(now.into());
-                p.extend(accepted.iter().map(|(index, _)| Param::from(completions[*index].1)));
+                p.extend(accepted.iter().map(|(index, ..)| Param::from(completions[*index].1)));
                 let finished = D::execute(&mut tx, &finish, p).await.map_err(db::<D>(op))?;
                 if finished != n as u64 {
                     return Err(ExecutionError::Backend(format!("batched completion finished {finished} of {n} attempts").into()));
@@ -295,21 +231,10 @@ impl<D: Dialect> SqlExecutionBackend<D> {
                 match result {
                     Some(r) => out.push(r),
                     None => {
-                        let Some((_, (mut row, status, result, error, available_at, finished_at))) =
-                            accepted_iter.next_if(|(i, _)| *i == index)
-                        else {
+                        let Some((_, mut row, change)) = accepted_iter.next_if(|(i, ..)| *i == index) else {
                             return Err(ExecutionError::Backend("batched completion lost track of a row".into()));
                         };
-                        row.status = status;
-                        row.updated_at = now;
-                        row.version += 1;
-                        row.lease_token = None;
-                        row.lease_expires_at = None;
-                        row.worker_id = None;
-                        row.result = result;
-                        row.error = error;
-                        row.available_at = available_at;
-                        row.finished_at = finished_at;
+                        change.apply(&mut row, now);
                         out.push(row.to_execution());
                     }
                 }

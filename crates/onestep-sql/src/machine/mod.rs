@@ -36,7 +36,7 @@ use onestep_core::clock::SharedClock;
 use onestep_core::execution::backend::{validate_cancel_reason, validate_claim};
 use onestep_core::execution::cursor::decode_cursor;
 use onestep_core::execution::state::{
-    attempt_status_for, cancel_target, cancel_wins, completion_sources, is_replay,
+    CompletionDecision, RowChange, cancel_target, decide_completion,
 };
 use onestep_core::execution::stored::{
     AttemptRow, EncodedSubmission, ExecutionRow, encode_result, encode_submission, page_of,

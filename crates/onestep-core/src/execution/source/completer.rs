@@ -1,0 +1,105 @@
+//! The source's batch writer: completions of its deliveries, written up to 256 at once by two
+//! writers.
+
+use super::*;
+
+/// The most completions one batch carries.
+pub(super) const COMPLETION_BATCH: usize = 256;
+
+/// A completion waiting for the batch writer, with where to send its outcome.
+pub(super) struct CompletionJob {
+    pub(super) ids: (Uuid, Uuid, Uuid),
+    pub(super) completion: ExecutionCompletion,
+    pub(super) reply: tokio::sync::oneshot::Sender<ExecutionResult<Execution>>,
+}
+
+/// The per-source task that writes completions in batches, and the way to reach it.
+pub(super) struct Completer {
+    pub(super) jobs: tokio::sync::mpsc::UnboundedSender<CompletionJob>,
+    pub(super) _task: AbortOnDropHandle<()>,
+}
+
+/// How many completion batches one source writes at the same time. A batch is one transaction
+/// and one commit; while one waits for its commit the next can be on its way, so handlers that
+/// finish during a write do not wait for it before theirs starts.
+pub(super) const COMPLETION_WRITERS: usize = 2;
+
+/// Writes completions in batches: waits for one, lets the other in-flight completions arrive,
+/// takes up to [`COMPLETION_BATCH`], and completes them with one `complete_many`, with up to
+/// [`COMPLETION_WRITERS`] batches in flight (distinct executions: their row locks never meet).
+/// Each completion keeps its own lease fencing; only the transaction and the commit are shared.
+/// When the queue closes, what is queued is written and every batch in flight finishes.
+pub(super) async fn completion_loop<B: LeasedExecutionBackend + Clone + 'static>(
+    backend: B,
+    mut jobs: tokio::sync::mpsc::UnboundedReceiver<CompletionJob>,
+) {
+    let mut writing = tokio::task::JoinSet::new();
+    let mut batch: Vec<CompletionJob> = Vec::new();
+    let mut open = true;
+    while open || !batch.is_empty() {
+        if batch.is_empty() {
+            tokio::select! {
+                job = jobs.recv() => match job {
+                    Some(job) => batch.push(job),
+                    None => open = false,
+                },
+                Some(_) = writing.join_next(), if !writing.is_empty() => {}
+            }
+            if batch.is_empty() {
+                continue;
+            }
+            // Let the other completions of this burst arrive.
+            tokio::task::yield_now().await;
+        }
+        while open && batch.len() < COMPLETION_BATCH {
+            match jobs.try_recv() {
+                Ok(job) => batch.push(job),
+                Err(tokio::sync::mpsc::error::TryRecvError::Empty) => break,
+                Err(tokio::sync::mpsc::error::TryRecvError::Disconnected) => open = false,
+            }
+        }
+        if writing.len() >= COMPLETION_WRITERS {
+            // Every writer is busy: keep gathering until one is free.
+            tokio::select! {
+                _ = writing.join_next() => {}
+                job = jobs.recv(), if open && batch.len() < COMPLETION_BATCH => match job {
+                    Some(job) => batch.push(job),
+                    None => open = false,
+                },
+            }
+            continue;
+        }
+        writing.spawn(write_completions(
+            backend.clone(),
+            std::mem::take(&mut batch),
+        ));
+    }
+    while writing.join_next().await.is_some() {}
+}
+
+/// Writes one batch of completions and answers each; if the batch fails as a whole, each
+/// completion is written on its own so it gets its own answer.
+pub(super) async fn write_completions<B: LeasedExecutionBackend>(
+    backend: B,
+    batch: Vec<CompletionJob>,
+) {
+    let items = batch
+        .iter()
+        .map(|j| (j.ids.0, j.ids.1, j.ids.2, j.completion.clone()))
+        .collect();
+    match backend.complete_many(items).await {
+        Ok(results) if results.len() == batch.len() => {
+            for (job, result) in batch.into_iter().zip(results) {
+                let _ = job.reply.send(result);
+            }
+        }
+        _ => {
+            for job in batch {
+                let (e, a, t) = job.ids;
+                let _ = job
+                    .reply
+                    .send(backend.complete(e, a, t, job.completion).await);
+            }
+        }
+    }
+}

@@ -1,0 +1,549 @@
+//! [`ExecutionSource`]: claims tracked executions for one task and keeps their leases alive.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde_json::{Map, Value, json};
+use time::OffsetDateTime;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::AbortOnDropHandle;
+use uuid::Uuid;
+
+use super::backend::LeasedExecutionBackend;
+use super::error::{ExecutionError, ExecutionResult};
+use super::record::{Execution, ExecutionCompletion, ExecutionErrorDetail, ExecutionLease, name};
+use super::status::ExecutionStatus;
+use super::stored::RESERVED_METADATA_KEY;
+use crate::connector::ConnectorOperation;
+use crate::delivery::Delivery;
+use crate::envelope::Envelope;
+use crate::error::{Error, Result};
+use crate::failure::FailureInfo;
+use crate::source::{Resource, Source};
+
+/// What the executor needs from a delivery that is a tracked execution.
+///
+/// Completions replace ack/retry/fail: the executor stores the handler's return value on success,
+/// a [`ExecutionErrorDetail`] on failure, and tells a business cancel (ends `cancelled`) from a
+/// worker cancel (shutdown or lost lease: ends `retrying` with no delay).
+///
+/// # Example
+/// ```
+/// use onestep_core::execution::ManagedDelivery;
+///
+/// fn describe(d: &dyn ManagedDelivery) -> String {
+///     format!("execution {} attempt {}", d.execution_id(), d.attempt_id())
+/// }
+/// ```
+#[async_trait]
+pub trait ManagedDelivery: Send + Sync {
+    /// The execution id.
+    fn execution_id(&self) -> Uuid;
+    /// The attempt id.
+    fn attempt_id(&self) -> Uuid;
+    /// Whether a cancel was requested (seen by a heartbeat, or a success that lost to a cancel).
+    fn cancel_requested(&self) -> bool;
+    /// Fires when the handler must stop: a cancel request or a lost lease.
+    fn cancellation(&self) -> CancellationToken;
+    /// Checks the result can be stored, before anything is emitted (stage `result_validation`).
+    async fn validate_execution_result(&self, result: &Value) -> ExecutionResult<()>;
+    /// Ends the attempt; a second call returns the first outcome without writing.
+    async fn complete_execution(
+        &mut self,
+        completion: ExecutionCompletion,
+    ) -> ExecutionResult<Execution>;
+}
+
+mod completer;
+mod delivery;
+mod options;
+mod renewer;
+
+use completer::*;
+use delivery::*;
+pub use options::ExecutionSourceOptions;
+use renewer::*;
+
+/// A [`Source`] that claims tracked executions of one task under a lease.
+///
+/// Each delivery's envelope carries the decoded payload, the metadata plus
+/// `onestep.execution = {id, attempt_id}`, and `attempts = execution.attempts - 1`, so retry
+/// policies count every started attempt (lost leases and releases included). Its fetch is not
+/// cancel-safe: a shutdown waits for a claim in flight and releases what it returned.
+///
+/// # Example
+/// ```
+/// use onestep_core::execution::{ExecutionSource, ExecutionSourceOptions, MemoryExecutionBackend};
+///
+/// let backend = MemoryExecutionBackend::new();
+/// let mut options = ExecutionSourceOptions::new("reports", "monthly");
+/// options.worker_id = "worker-a".into();
+/// let source = ExecutionSource::new(backend, options)?;
+/// assert_eq!(onestep_core::Resource::name(&source), "memory.execution:reports");
+/// # Ok::<(), onestep_core::Error>(())
+/// ```
+pub struct ExecutionSource<B> {
+    backend: B,
+    options: ExecutionSourceOptions,
+    name: String,
+    completer: OnceLock<Completer>,
+    heartbeater: OnceLock<Arc<Heartbeater<B>>>,
+    /// Claimed, not yet handed to the runner (`options.prefetch`), with when each was claimed.
+    prefetched: Mutex<std::collections::VecDeque<(ExecutionLease, std::time::Instant)>>,
+}
+
+/// The largest prefetch buffer ([`ExecutionSourceOptions::prefetch`]).
+pub const MAX_PREFETCH: usize = 10_000;
+
+impl<B: LeasedExecutionBackend + Clone + 'static> ExecutionSource<B> {
+    /// A source over `backend`; options are validated here.
+    pub fn new(backend: B, mut options: ExecutionSourceOptions) -> Result<Self> {
+        options.validate("")?;
+        options.namespace = options.namespace.trim().to_string();
+        options.task_names = options
+            .task_names
+            .iter()
+            .map(|t| t.trim().to_string())
+            .collect();
+        options.worker_id = options.worker_id.trim().to_string();
+        let name = format!("{}.execution:{}", backend.backend_name(), options.namespace);
+        Ok(Self {
+            backend,
+            options,
+            name,
+            completer: OnceLock::new(),
+            heartbeater: OnceLock::new(),
+            prefetched: Mutex::new(std::collections::VecDeque::new()),
+        })
+    }
+
+    /// The backend.
+    pub fn backend(&self) -> &B {
+        &self.backend
+    }
+
+    /// The options.
+    pub fn options(&self) -> &ExecutionSourceOptions {
+        &self.options
+    }
+
+    /// The batch writer's queue, started on first use (inside the runtime).
+    fn completions(&self) -> tokio::sync::mpsc::UnboundedSender<CompletionJob> {
+        self.completer
+            .get_or_init(|| {
+                let (jobs, rx) = tokio::sync::mpsc::unbounded_channel();
+                let task = tokio::spawn(completion_loop(self.backend.clone(), rx));
+                Completer {
+                    jobs,
+                    _task: AbortOnDropHandle::new(task),
+                }
+            })
+            .jobs
+            .clone()
+    }
+
+    /// The lease renewer (its task starts with the first lease it keeps).
+    fn heartbeater(&self) -> Arc<Heartbeater<B>> {
+        self.heartbeater
+            .get_or_init(|| {
+                Heartbeater::new(
+                    self.backend.clone(),
+                    Duration::from_secs_f64(self.options.heartbeat_interval_s),
+                    Duration::from_secs_f64(self.options.lease_duration_s),
+                )
+            })
+            .clone()
+    }
+
+    fn buffer(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::VecDeque<(ExecutionLease, std::time::Instant)>>
+    {
+        // A panic while the lock was held cannot leave the queue half-changed.
+        self.prefetched
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Takes up to `limit` prefetched leases, oldest first, and every buffered lease claimed more
+    /// than a heartbeat interval ago (stale: to hand back, not to start).
+    fn take_prefetched(&self, limit: usize) -> (Vec<ExecutionLease>, Vec<ExecutionLease>) {
+        let fresh_for = Duration::from_secs_f64(self.options.heartbeat_interval_s);
+        let mut buffer = self.buffer();
+        let (mut take, mut stale) = (Vec::new(), Vec::new());
+        while let Some((lease, claimed_at)) = buffer.pop_front() {
+            if claimed_at.elapsed() > fresh_for {
+                stale.push(lease);
+            } else if take.len() < limit {
+                take.push(lease);
+            } else {
+                buffer.push_front((lease, claimed_at));
+                break;
+            }
+        }
+        (take, stale)
+    }
+
+    /// Hands claimed, unstarted executions back (each is queued again, claimable at once).
+    async fn hand_back(&self, leases: Vec<ExecutionLease>) {
+        for lease in leases {
+            if let Err(err) = self
+                .backend
+                .release(lease.execution.id, lease.attempt_id, lease.lease_token)
+                .await
+            {
+                tracing::warn!(source = %self.name, execution_id = %lease.execution.id, error = %err, "could not hand back a prefetched execution; its lease will expire");
+            }
+        }
+    }
+
+    fn deliveries(&self, leases: Vec<ExecutionLease>) -> Vec<Box<dyn Delivery>> {
+        leases
+            .into_iter()
+            .map(|lease| Box::new(self.delivery(lease)) as Box<dyn Delivery>)
+            .collect()
+    }
+
+    fn delivery(&self, lease: ExecutionLease) -> ExecutionDelivery<B> {
+        let mut meta = lease.execution.metadata.clone();
+        meta.insert(
+            RESERVED_METADATA_KEY.into(),
+            json!({"id": lease.execution.id.to_string(), "attempt_id": lease.attempt_id.to_string()}),
+        );
+        let envelope = Envelope {
+            body: lease.execution.payload.clone(),
+            meta,
+            attempts: lease.execution.attempts.saturating_sub(1),
+        };
+        ExecutionDelivery {
+            backend: self.backend.clone(),
+            envelope,
+            execution_id: lease.execution.id,
+            attempt_id: lease.attempt_id,
+            lease_token: lease.lease_token,
+            lease: Arc::new(LeaseState {
+                expires_at: Mutex::new(lease.lease_expires_at),
+                cancel_requested: AtomicBool::new(false),
+                cancel: CancellationToken::new(),
+            }),
+            heartbeats: self.heartbeater(),
+            heartbeating: false,
+            completed: None,
+            completions: Some(self.completions()),
+        }
+    }
+}
+
+#[async_trait]
+impl<B: LeasedExecutionBackend + Clone + 'static> Resource for ExecutionSource<B> {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    async fn open(&self) -> Result<()> {
+        self.backend.open().await.map_err(Error::from)
+    }
+
+    async fn close(&self) -> Result<()> {
+        self.backend.close().await.map_err(Error::from)
+    }
+}
+
+#[async_trait]
+impl<B: LeasedExecutionBackend + Clone + 'static> Source for ExecutionSource<B> {
+    async fn fetch(&self, limit: usize) -> Result<Vec<Box<dyn Delivery>>> {
+        let limit = limit.clamp(1, self.options.batch_size);
+        let (mut leases, stale) = self.take_prefetched(limit);
+        self.hand_back(stale).await;
+        if leases.len() == limit {
+            return Ok(self.deliveries(leases));
+        }
+        // Claim what the runner still wants plus what refills the buffer, at most a batch.
+        let want = (limit - leases.len() + self.options.prefetch).min(self.options.batch_size);
+        let claimed = self
+            .backend
+            .claim(
+                &self.options.namespace,
+                &self.options.task_names,
+                want,
+                Duration::from_secs_f64(self.options.lease_duration_s),
+                &self.options.worker_id,
+            )
+            .await
+            .map_err(|err| match err {
+                ExecutionError::Connector(mut c) => {
+                    c.operation = ConnectorOperation::Fetch;
+                    c.source_name = self.name.clone();
+                    c.retry_delay
+                        .get_or_insert(Duration::from_secs_f64(self.options.poll_interval_s));
+                    Error::Connector(c)
+                }
+                other => other.into(),
+            });
+        let claimed = match claimed {
+            Ok(claimed) => claimed,
+            // What came from the buffer is claimed already: run it, report the error next time.
+            Err(err) if leases.is_empty() => return Err(err),
+            Err(err) => {
+                tracing::warn!(source = %self.name, error = %err, "claim failed; running the prefetched executions");
+                Vec::new()
+            }
+        };
+        let mut claimed = claimed.into_iter();
+        let missing = limit - leases.len();
+        leases.extend(claimed.by_ref().take(missing));
+        let now = std::time::Instant::now();
+        self.buffer().extend(claimed.map(|lease| (lease, now)));
+        Ok(self.deliveries(leases))
+    }
+
+    async fn return_unstarted(&self) -> Result<()> {
+        let buffered: Vec<ExecutionLease> = self.buffer().drain(..).map(|(l, _)| l).collect();
+        self.hand_back(buffered).await;
+        Ok(())
+    }
+
+    fn batch_size(&self) -> usize {
+        self.options.batch_size
+    }
+
+    fn poll_interval(&self) -> Duration {
+        Duration::from_secs_f64(self.options.poll_interval_s)
+    }
+
+    fn fetch_is_cancel_safe(&self) -> bool {
+        false
+    }
+
+    async fn wait_ready(&self, max: Duration) {
+        self.backend
+            .wait_for_work(&self.options.namespace, &self.options.task_names, max)
+            .await;
+    }
+
+    fn validate_task(&self, task_name: &str) -> Result<()> {
+        let expected = &self.options.task_names[0];
+        if expected != task_name {
+            return Err(Error::Configuration(format!(
+                "`{}` is configured for task '{expected}', not '{task_name}'",
+                self.name
+            )));
+        }
+        Ok(())
+    }
+
+    fn describe(&self) -> Map<String, Value> {
+        let o = &self.options;
+        let mut m = Map::new();
+        m.insert(
+            "type".into(),
+            Value::from(format!("{}_execution_source", self.backend.backend_name())),
+        );
+        m.insert("namespace".into(), Value::from(o.namespace.clone()));
+        m.insert("task_names".into(), json!(o.task_names));
+        m.insert("batch_size".into(), Value::from(o.batch_size));
+        m.insert("prefetch".into(), Value::from(o.prefetch));
+        m.insert("poll_interval_s".into(), Value::from(o.poll_interval_s));
+        m.insert("lease_duration_s".into(), Value::from(o.lease_duration_s));
+        m.insert(
+            "heartbeat_interval_s".into(),
+            Value::from(o.heartbeat_interval_s),
+        );
+        m.insert("worker_id".into(), Value::from(o.worker_id.clone()));
+        m
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::connector::{ConnectorErrorKind, ConnectorOperationError};
+    use crate::execution::record::{
+        ExecutionPage, ExecutionQuery, ExecutionRequest, SubmitOptions,
+    };
+    use crate::execution::{ExecutionBackend, MemoryExecutionBackend};
+
+    /// The memory backend whose heartbeats fail (retryably, as a dropped connection does) until
+    /// a moment.
+    #[derive(Clone)]
+    struct FlakyHeartbeats {
+        inner: MemoryExecutionBackend,
+        failing_until: std::time::Instant,
+    }
+
+    #[async_trait]
+    impl ExecutionBackend for FlakyHeartbeats {
+        fn backend_name(&self) -> &str {
+            "flaky"
+        }
+        async fn submit(&self, request: ExecutionRequest) -> ExecutionResult<Execution> {
+            self.inner.submit(request).await
+        }
+        async fn get(&self, namespace: &str, id: Uuid) -> ExecutionResult<Option<Execution>> {
+            self.inner.get(namespace, id).await
+        }
+        async fn list(&self, query: &ExecutionQuery) -> ExecutionResult<ExecutionPage> {
+            self.inner.list(query).await
+        }
+        async fn request_cancel(
+            &self,
+            namespace: &str,
+            id: Uuid,
+            reason: Option<&str>,
+        ) -> ExecutionResult<Option<Execution>> {
+            self.inner.request_cancel(namespace, id, reason).await
+        }
+    }
+
+    #[async_trait]
+    impl LeasedExecutionBackend for FlakyHeartbeats {
+        async fn claim(
+            &self,
+            namespace: &str,
+            task_names: &[String],
+            limit: usize,
+            lease_duration: Duration,
+            worker_id: &str,
+        ) -> ExecutionResult<Vec<ExecutionLease>> {
+            self.inner
+                .claim(namespace, task_names, limit, lease_duration, worker_id)
+                .await
+        }
+        async fn heartbeat(
+            &self,
+            execution_id: Uuid,
+            attempt_id: Uuid,
+            lease_token: Uuid,
+            lease_duration: Duration,
+        ) -> ExecutionResult<super::super::record::HeartbeatResult> {
+            if std::time::Instant::now() < self.failing_until {
+                return Err(ExecutionError::Connector(ConnectorOperationError::new(
+                    "flaky",
+                    ConnectorOperation::Heartbeat,
+                    ConnectorErrorKind::Disconnected,
+                    "flaky.execution",
+                )));
+            }
+            self.inner
+                .heartbeat(execution_id, attempt_id, lease_token, lease_duration)
+                .await
+        }
+        async fn complete(
+            &self,
+            execution_id: Uuid,
+            attempt_id: Uuid,
+            lease_token: Uuid,
+            completion: ExecutionCompletion,
+        ) -> ExecutionResult<Execution> {
+            self.inner
+                .complete(execution_id, attempt_id, lease_token, completion)
+                .await
+        }
+        async fn release(
+            &self,
+            execution_id: Uuid,
+            attempt_id: Uuid,
+            lease_token: Uuid,
+        ) -> ExecutionResult<Execution> {
+            self.inner
+                .release(execution_id, attempt_id, lease_token)
+                .await
+        }
+        async fn lease_remaining(
+            &self,
+            lease_expires_at: OffsetDateTime,
+        ) -> ExecutionResult<Duration> {
+            self.inner.lease_remaining(lease_expires_at).await
+        }
+        fn validate_result(&self, result: &Value) -> ExecutionResult<()> {
+            self.inner.validate_result(result)
+        }
+    }
+
+    /// Heartbeats that fail until shortly before the lease ends are retried on their own timer
+    /// (a quarter of what remains, and less each time), not on the renewer's half-interval
+    /// ticks: the renewal that finally succeeds lands before the lease ends, so the handler
+    /// keeps running and nobody else can claim the execution.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_renewal_failing_until_just_before_expiry_is_retried_in_time() {
+        let inner = MemoryExecutionBackend::new();
+        let backend = FlakyHeartbeats {
+            inner: inner.clone(),
+            // Lease 6 s, interval 2 s: the ticks fall at 1, 2 … 6 s, so a retry waiting for a
+            // tick after 5.2 s would come at 6 s, when the lease has ended.
+            failing_until: std::time::Instant::now() + Duration::from_millis(5200),
+        };
+        let request = ExecutionRequest::new("ns", "t", json!(1), SubmitOptions::default()).unwrap();
+        let id = backend.submit(request).await.unwrap().id;
+        let mut o = ExecutionSourceOptions::new("ns", "t");
+        o.lease_duration_s = 6.0;
+        o.heartbeat_interval_s = 2.0;
+        let source = ExecutionSource::new(backend, o).unwrap();
+        let mut deliveries = source.fetch(1).await.unwrap();
+        deliveries[0].start_processing().await.unwrap();
+        let cancel = deliveries[0].as_managed().unwrap().cancellation();
+        tokio::time::sleep(Duration::from_millis(7000)).await;
+        assert!(
+            !cancel.is_cancelled(),
+            "the handler was cancelled: its lease ran out while renewals were retried"
+        );
+        let stolen = inner
+            .claim("ns", &["t".into()], 1, Duration::from_secs(30), "thief")
+            .await
+            .unwrap();
+        assert!(stolen.is_empty(), "the lease was renewed in time");
+        deliveries[0].ack().await.unwrap();
+        let done = inner.get("ns", id).await.unwrap().unwrap();
+        assert_eq!(done.status, ExecutionStatus::Succeeded);
+    }
+
+    /// The renewer's ticking task dies with the runtime that started it; a source used on from
+    /// another runtime starts a new one with the next lease it keeps, which renews every lease
+    /// the source holds (without the restart, both leases here expire and are claimed).
+    #[test]
+    fn a_renewer_whose_runtime_shut_down_is_started_again() {
+        let inner = MemoryExecutionBackend::new();
+        let mut o = ExecutionSourceOptions::new("ns", "t");
+        o.lease_duration_s = 1.2;
+        o.heartbeat_interval_s = 0.3;
+        let source = Arc::new(ExecutionSource::new(inner.clone(), o).unwrap());
+        let runtime = || {
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .enable_all()
+                .build()
+                .unwrap()
+        };
+        let submit_and_start = |rt: &tokio::runtime::Runtime| {
+            let (inner, source) = (inner.clone(), source.clone());
+            rt.block_on(async move {
+                let request =
+                    ExecutionRequest::new("ns", "t", json!(1), SubmitOptions::default()).unwrap();
+                inner.submit(request).await.unwrap();
+                let mut deliveries = source.fetch(1).await.unwrap();
+                deliveries[0].start_processing().await.unwrap();
+                deliveries.remove(0)
+            })
+        };
+        let first = runtime();
+        let old = submit_and_start(&first);
+        drop(first);
+        let second = runtime();
+        let new = submit_and_start(&second);
+        second.block_on(async {
+            tokio::time::sleep(Duration::from_millis(2000)).await;
+            let stolen = inner
+                .claim("ns", &["t".into()], 2, Duration::from_secs(30), "thief")
+                .await
+                .unwrap();
+            assert!(
+                stolen.is_empty(),
+                "leases went unrenewed after the first runtime shut down: {:?}",
+                stolen.iter().map(|l| l.execution.id).collect::<Vec<_>>()
+            );
+        });
+        drop((old, new));
+    }
+}

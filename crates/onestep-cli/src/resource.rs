@@ -975,7 +975,7 @@ fn validate_webhook(f: &Map<String, Value>, path: &str, c: &mut Checker<'_>) {
     }
 }
 
-fn build_webhook(spec: &ResourceSpec, _ctx: &mut BuildContext<'_>) -> Result<Built, String> {
+fn build_webhook(spec: &ResourceSpec, ctx: &mut BuildContext<'_>) -> Result<Built, String> {
     let options = webhook_options(&spec.fields, &spec.name, &spec.path).map_err(|errors| {
         errors
             .into_iter()
@@ -983,6 +983,7 @@ fn build_webhook(spec: &ResourceSpec, _ctx: &mut BuildContext<'_>) -> Result<Bui
             .collect::<Vec<_>>()
             .join("; ")
     })?;
-    let source = onestep_http::webhook::WebhookSource::new(options).map_err(|e| e.to_string())?;
+    let servers = ctx.shared::<onestep_http::webhook::WebhookServers>();
+    let source = servers.source(options).map_err(|e| e.to_string())?;
     Ok(Built::Source(Arc::new(source)))
 }

@@ -519,3 +519,65 @@ fn check_refuses_control_characters_in_names_and_namespaces() {
         assert!(text(&o).contains(expected), "{}", text(&o));
     }
 }
+
+/// One plain HTTP/1.1 POST; the status code of the answer.
+fn post_status(port: u16, path: &str) -> Option<u16> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    let request = format!(
+        "POST {path} HTTP/1.1\r\nhost: x\r\ncontent-length: 2\r\nconnection: close\r\n\r\n{{}}"
+    );
+    stream.write_all(request.as_bytes()).ok()?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).ok()?;
+    answer.split(' ').nth(1)?.parse().ok()
+}
+
+/// Two webhooks of one app on one port serve from one listener, each on its own path.
+#[test]
+fn webhooks_of_one_app_share_their_port() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let config = dir.path().join("hooks.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "app: {{name: hooks}}\n\
+             resources:\n  \
+               a: {{type: webhook, path: /a, port: {port}}}\n  \
+               b: {{type: webhook, path: /b, port: {port}}}\n\
+             tasks:\n  \
+               - {{name: on-a, source: a, handler: {{ref: \"onestep:echo\"}}}}\n  \
+               - {{name: on-b, source: b, handler: {{ref: \"onestep:echo\"}}}}\n"
+        ),
+    )
+    .unwrap();
+    let mut worker = Command::new(env!("CARGO_BIN_EXE_onestep"))
+        .args(["run", config.to_str().unwrap()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let first = loop {
+        match post_status(port, "/a") {
+            Some(status) => break Some(status),
+            None if Instant::now() > deadline => break None,
+            None => {
+                if worker.try_wait().unwrap().is_some() {
+                    break None;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+    };
+    let second = post_status(port, "/b");
+    let _ = worker.kill();
+    let out = worker.wait_with_output().unwrap();
+    assert_eq!((first, second), (Some(202), Some(202)), "{}", text(&out));
+}

@@ -53,6 +53,7 @@ pub use retry::{
     ByFailureKind, ExponentialBackoff, Jitter, MaxAttempts, NoRetry, RetryAction, RetryPolicy,
 };
 pub use runtime::control::RunnerStatus;
+pub use source::buffer::EnvelopeBuffer;
 pub use source::cron::CronSource;
 pub use source::interval::IntervalSource;
 pub use source::memory::MemoryQueue;

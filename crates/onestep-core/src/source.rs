@@ -1,6 +1,7 @@
 //! Where deliveries come from ([`Source`]), where results go ([`Sink`]), and the lifecycle both
 //! share ([`Resource`]). Built-in sources live in the submodules.
 
+pub mod buffer;
 pub mod cron;
 pub mod interval;
 pub mod memory;

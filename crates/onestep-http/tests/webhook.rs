@@ -9,7 +9,9 @@ use onestep_core::{
     AppHandle, Envelope, MaxAttempts, OneStepApp, Resource, Source, Task, TaskContext, TaskError,
 };
 use onestep_http::client::request;
-use onestep_http::webhook::{BearerAuth, Parser, WebhookOptions, WebhookResponse, WebhookSource};
+use onestep_http::webhook::{
+    BearerAuth, Parser, WebhookOptions, WebhookResponse, WebhookServers, WebhookSource,
+};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
@@ -24,7 +26,12 @@ fn options(path: &str) -> WebhookOptions {
 }
 
 async fn opened(options: WebhookOptions) -> Arc<WebhookSource> {
-    let source = Arc::new(WebhookSource::new(options).unwrap());
+    opened_on(&WebhookServers::new(), options).await
+}
+
+/// An open source on `servers`, sharing their listeners.
+async fn opened_on(servers: &WebhookServers, options: WebhookOptions) -> Arc<WebhookSource> {
+    let source = Arc::new(servers.source(options).unwrap());
     source.open().await.unwrap();
     source
 }
@@ -208,7 +215,8 @@ type ParseCase = (
 
 #[tokio::test]
 async fn form_text_and_raw_bodies_are_parsed_by_content_type_or_by_the_chosen_parser() {
-    let auto = opened(options("/auto")).await;
+    let servers = WebhookServers::new();
+    let auto = opened_on(&servers, options("/auto")).await;
     let port = auto.local_addr().unwrap().port();
     let shared = |path: &str, parser: Parser| {
         let mut o = options(path);
@@ -216,9 +224,9 @@ async fn form_text_and_raw_bodies_are_parsed_by_content_type_or_by_the_chosen_pa
         o.parser = parser;
         o
     };
-    let form = opened(shared("/form", Parser::Form)).await;
-    let text = opened(shared("/text", Parser::Text)).await;
-    let raw = opened(shared("/raw", Parser::Raw)).await;
+    let form = opened_on(&servers, shared("/form", Parser::Form)).await;
+    let text = opened_on(&servers, shared("/text", Parser::Text)).await;
+    let raw = opened_on(&servers, shared("/raw", Parser::Raw)).await;
     let (app, serve, mut rx) = consume(&[auto.clone(), form.clone(), text.clone(), raw.clone()]);
     let addr = auto.local_addr().unwrap();
     const FORM_TYPE: &[(&str, &str)] = &[("Content-Type", "application/x-www-form-urlencoded")];
@@ -412,10 +420,11 @@ async fn bodies_over_max_body_bytes_are_413_declared_or_streamed() {
 
 #[tokio::test]
 async fn malformed_json_is_400_with_parser_json_or_a_json_content_type() {
+    let servers = WebhookServers::new();
     let strict = {
         let mut o = options("/strict");
         o.parser = Parser::Json;
-        opened(o).await
+        opened_on(&servers, o).await
     };
     let addr = strict.local_addr().unwrap();
     let bad = send(
@@ -446,7 +455,7 @@ async fn malformed_json_is_400_with_parser_json_or_a_json_content_type() {
 
     let mut o = options("/auto");
     o.port = addr.port();
-    let auto = opened(o).await;
+    let auto = opened_on(&servers, o).await;
     let bad = send(
         addr,
         "POST",
@@ -513,12 +522,13 @@ async fn a_full_queue_answers_503_until_a_fetch_makes_room() {
 
 #[tokio::test]
 async fn two_sources_share_one_port_with_different_paths() {
-    let first = opened(options("/a")).await;
+    let servers = WebhookServers::new();
+    let first = opened_on(&servers, options("/a")).await;
     let addr = first.local_addr().unwrap();
     let mut o = options("/b");
     o.port = addr.port();
     o.name = Some("hook-b".into());
-    let second = Arc::new(WebhookSource::new(o).unwrap());
+    let second = Arc::new(servers.source(o).unwrap());
     let (app, serve, mut rx) = consume(&[first.clone(), second.clone()]);
     assert_eq!(
         address(&second).await,
@@ -550,11 +560,12 @@ async fn two_sources_share_one_port_with_different_paths() {
 
 #[tokio::test]
 async fn closing_one_source_keeps_the_server_for_the_others_and_the_last_frees_the_port() {
-    let first = opened(options("/one")).await;
+    let servers = WebhookServers::new();
+    let first = opened_on(&servers, options("/one")).await;
     let addr = first.local_addr().unwrap();
     let mut o = options("/two");
     o.port = addr.port();
-    let second = opened(o).await;
+    let second = opened_on(&servers, o).await;
 
     first.close().await.unwrap();
     assert_eq!(first.local_addr(), None);
@@ -579,12 +590,13 @@ async fn closing_one_source_keeps_the_server_for_the_others_and_the_last_frees_t
 
 #[tokio::test]
 async fn a_second_source_for_the_same_path_and_method_fails_to_open() {
-    let first = opened(options("/dup")).await;
+    let servers = WebhookServers::new();
+    let first = opened_on(&servers, options("/dup")).await;
     let port = first.local_addr().unwrap().port();
     let mut o = options("/dup");
     o.port = port;
     o.name = Some("intruder".into());
-    let clash = WebhookSource::new(o).unwrap();
+    let clash = servers.source(o).unwrap();
     let err = clash.open().await.unwrap_err().to_string();
     assert!(
         err.starts_with(&format!(
@@ -597,7 +609,7 @@ async fn a_second_source_for_the_same_path_and_method_fails_to_open() {
     let mut o = options("/dup");
     o.port = port;
     o.methods = vec!["PUT".into()];
-    let put = opened(o).await;
+    let put = opened_on(&servers, o).await;
     let addr = put.local_addr().unwrap();
     assert_eq!(send(addr, "PUT", "/dup", &[], b"").await.status, 202);
     assert_eq!(
@@ -620,6 +632,34 @@ async fn a_taken_port_fails_open_with_a_connector_error() {
         "{err:?}"
     );
     assert!(err.to_string().contains("is already in use"), "{err}");
+}
+
+#[tokio::test]
+async fn sources_built_apart_do_not_share_a_port_and_say_how_to() {
+    let first = opened(options("/a")).await;
+    let mut o = options("/b");
+    o.port = first.local_addr().unwrap().port();
+    let err = WebhookSource::new(o).unwrap().open().await.unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains("is already in use"), "{text}");
+    assert!(text.contains("built from one WebhookServers"), "{text}");
+    first.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn the_listener_answers_a_slow_request_head_408_within_its_limits() {
+    let limits = onestep_http::server::ServerLimits::default()
+        .header_timeout(Duration::from_millis(300))
+        .unwrap();
+    let servers = WebhookServers::with_limits(limits);
+    let source = opened_on(&servers, options("/slow")).await;
+    let addr = source.local_addr().unwrap();
+    let answer = exchange(addr, b"POST /slow HTTP/1.1\r\nhost: x\r\n").await;
+    assert_eq!(answer.status, 408, "{}", answer.body);
+    assert_eq!(servers.counters().header_timeouts(), 1);
+    assert_eq!(send(addr, "POST", "/slow", &[], b"{}").await.status, 202);
+    assert_eq!(source.len(), 1, "the slow head queued nothing");
+    source.close().await.unwrap();
 }
 
 #[tokio::test]

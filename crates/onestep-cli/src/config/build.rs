@@ -1,6 +1,7 @@
 //! Builds an [`OneStepApp`] from a validated [`AppSpec`]: resources on demand (references
 //! resolved by name, cycles reported), tasks with their handlers and retry policies.
 
+use std::any::{Any, TypeId};
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,6 +23,8 @@ pub struct BuildContext<'a> {
     building: HashSet<String>,
     /// Connector lifecycles to open and close with the app.
     lifecycles: Vec<Arc<dyn Resource>>,
+    /// One value per type, shared by the resources of this build (see [`BuildContext::shared`]).
+    shared: HashMap<TypeId, Box<dyn Any + Send + Sync>>,
 }
 
 impl<'a> BuildContext<'a> {
@@ -33,7 +36,19 @@ impl<'a> BuildContext<'a> {
             built: HashMap::new(),
             building: HashSet::new(),
             lifecycles: Vec::new(),
+            shared: HashMap::new(),
         }
+    }
+
+    /// The one `T` of this build, made with `T::default()` on first use: state the resources
+    /// of one app share, such as the listeners webhook sources on one port serve from.
+    pub fn shared<T: Default + Clone + Send + Sync + 'static>(&mut self) -> T {
+        let slot = self
+            .shared
+            .entry(TypeId::of::<T>())
+            .or_insert_with(|| Box::new(T::default()));
+        // The slot of `TypeId::of::<T>()` always holds a `T`.
+        slot.downcast_ref::<T>().cloned().unwrap_or_default()
     }
 
     /// The resource named `name`, built on first use.

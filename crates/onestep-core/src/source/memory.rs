@@ -1,98 +1,29 @@
 //! [`MemoryQueue`]: a bounded in-process queue that is both a source and a sink.
 
-use std::collections::{BTreeMap, VecDeque};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use tokio::sync::Notify;
 
+use super::buffer::EnvelopeBuffer;
 use super::{Resource, Sink, Source};
 use crate::delivery::Delivery;
 use crate::envelope::Envelope;
 use crate::error::{Error, Result};
 use crate::failure::FailureInfo;
 
-/// Retries keyed by (ready time, sequence), so equal ready times keep their order.
-type DelayedRetries = BTreeMap<(tokio::time::Instant, u64), Envelope>;
-
 struct Shared {
-    items: Mutex<VecDeque<Envelope>>,
-    /// Retries waiting for their delay, by (ready time, sequence).
-    delayed: Mutex<(DelayedRetries, u64)>,
+    buffer: EnvelopeBuffer,
     capacity: Option<usize>,
-    readable: Notify,
-    writable: Notify,
 }
 
 impl Shared {
-    fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<Envelope>> {
-        self.items.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
     /// Appends, waiting while the queue is full.
     async fn push(&self, envelope: Envelope) {
-        let mut envelope = Some(envelope);
-        loop {
-            let space = self.writable.notified();
-            tokio::pin!(space);
-            space.as_mut().enable();
-            {
-                let mut items = self.lock();
-                if self.capacity.is_none_or(|cap| items.len() < cap) {
-                    if let Some(e) = envelope.take() {
-                        items.push_back(e);
-                    }
-                    drop(items);
-                    self.readable.notify_one();
-                    return;
-                }
-            }
-            space.await;
+        match self.capacity {
+            Some(capacity) => self.buffer.push_within(envelope, capacity).await,
+            None => self.buffer.push(envelope),
         }
-    }
-
-    /// Parks a retry until `ready_at`; it does not count against the queue's size.
-    fn delay(&self, envelope: Envelope, ready_at: tokio::time::Instant) {
-        let mut delayed = self.delayed.lock().unwrap_or_else(|p| p.into_inner());
-        delayed.1 += 1;
-        let seq = delayed.1;
-        delayed.0.insert((ready_at, seq), envelope);
-    }
-
-    /// Takes due retries (up to `limit`) and returns the next ready time of the rest.
-    fn take_due(&self, limit: usize) -> (Vec<Envelope>, Option<tokio::time::Instant>) {
-        let now = tokio::time::Instant::now();
-        let mut delayed = self.delayed.lock().unwrap_or_else(|p| p.into_inner());
-        let mut out = Vec::new();
-        while out.len() < limit {
-            let Some((&key, _)) = delayed.0.iter().next() else {
-                break;
-            };
-            if key.0 > now {
-                break;
-            }
-            if let Some(e) = delayed.0.remove(&key) {
-                out.push(e);
-            }
-        }
-        let next = delayed.0.keys().next().map(|k| k.0);
-        (out, next)
-    }
-
-    fn pop_many(&self, limit: usize) -> Vec<Envelope> {
-        let mut items = self.lock();
-        let n = limit.min(items.len());
-        let out: Vec<Envelope> = items.drain(..n).collect();
-        let more = !items.is_empty();
-        drop(items);
-        if !out.is_empty() {
-            self.writable.notify_waiters();
-        }
-        if more {
-            self.readable.notify_one();
-        }
-        out
     }
 }
 
@@ -143,11 +74,8 @@ impl MemoryQueue {
         Self {
             name,
             shared: Arc::new(Shared {
-                items: Mutex::new(VecDeque::new()),
-                delayed: Mutex::new((BTreeMap::new(), 0)),
+                buffer: EnvelopeBuffer::new(),
                 capacity,
-                readable: Notify::new(),
-                writable: Notify::new(),
             }),
             batch_size: 100,
             poll_interval: Duration::from_millis(100),
@@ -174,14 +102,7 @@ impl MemoryQueue {
 
     /// How many envelopes are waiting, including retries whose delay has not passed.
     pub fn len(&self) -> usize {
-        let delayed = self
-            .shared
-            .delayed
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .0
-            .len();
-        self.shared.lock().len() + delayed
+        self.shared.buffer.len()
     }
 
     /// Whether no envelope is waiting.
@@ -201,34 +122,20 @@ impl Resource for MemoryQueue {
 impl Source for MemoryQueue {
     async fn fetch(&self, limit: usize) -> Result<Vec<Box<dyn Delivery>>> {
         let limit = limit.clamp(1, self.batch_size);
-        let deadline = tokio::time::Instant::now() + self.poll_interval;
-        loop {
-            let ready = self.shared.readable.notified();
-            tokio::pin!(ready);
-            ready.as_mut().enable();
-            let (mut items, next_retry) = self.shared.take_due(limit);
-            items.extend(self.shared.pop_many(limit - items.len()));
-            if !items.is_empty() {
-                return Ok(items
-                    .into_iter()
-                    .map(|envelope| {
-                        Box::new(MemoryDelivery {
-                            queue: self.shared.clone(),
-                            envelope,
-                        }) as Box<dyn Delivery>
-                    })
-                    .collect());
-            }
-            let wake = next_retry.map_or(deadline, |at| at.min(deadline));
-            tokio::select! {
-                _ = ready => {}
-                _ = tokio::time::sleep_until(wake) => {
-                    if wake == deadline {
-                        return Ok(Vec::new());
-                    }
-                }
-            }
-        }
+        let batch = self
+            .shared
+            .buffer
+            .next_batch(limit, self.poll_interval)
+            .await;
+        Ok(batch
+            .into_iter()
+            .map(|envelope| {
+                Box::new(MemoryDelivery {
+                    queue: self.shared.clone(),
+                    envelope,
+                }) as Box<dyn Delivery>
+            })
+            .collect())
     }
 
     fn batch_size(&self) -> usize {
@@ -280,7 +187,10 @@ impl Delivery for MemoryDelivery {
         let mut again = self.envelope.clone();
         again.attempts = again.attempts.saturating_add(1);
         match delay.filter(|d| !d.is_zero()) {
-            Some(delay) => self.queue.delay(again, tokio::time::Instant::now() + delay),
+            Some(delay) => self
+                .queue
+                .buffer
+                .park(again, tokio::time::Instant::now() + delay),
             None => self.queue.push(again).await,
         }
         Ok(())

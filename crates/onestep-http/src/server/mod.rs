@@ -38,7 +38,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::Request;
+use axum::extract::{ConnectInfo, Request};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -177,6 +177,7 @@ pub async fn serve(
 
 /// Serves `router` on `listener` within `limits` until `shutdown` completes: then no new
 /// connection is taken, idle ones are closed, and requests being handled finish.
+/// Handlers can read the client address with `axum::extract::ConnectInfo<SocketAddr>`.
 pub async fn serve_with(
     listener: tokio::net::TcpListener,
     router: Router,
@@ -220,8 +221,8 @@ pub async fn serve_counted(
             accepted = listener.accept() => accepted,
             () = &mut shutdown => break,
         };
-        let stream = match accepted {
-            Ok((stream, _peer)) => stream,
+        let (stream, peer) = match accepted {
+            Ok(accepted) => accepted,
             Err(err) => {
                 // Out of descriptors or a connection reset before accept: the listener stays up.
                 counters.record_accept_error(&err);
@@ -251,8 +252,10 @@ pub async fn serve_counted(
             dispatched.clone(),
         ));
         let routed = TowerToHyperService::new(router.clone());
-        let service = hyper::service::service_fn(move |request| {
+        let service = hyper::service::service_fn(move |mut request: hyper::Request<_>| {
             dispatched.store(true, Ordering::Relaxed);
+            // What axum's `ConnectInfo<SocketAddr>` extractor reads.
+            request.extensions_mut().insert(ConnectInfo(peer));
             routed.call(request)
         });
         let mut builder = hyper::server::conn::http1::Builder::new();

@@ -1,0 +1,274 @@
+//! What a webhook source accepts and answers: [`WebhookOptions`] and their parts.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+
+use onestep_core::{Error, Result};
+use serde_json::{Value, json};
+
+use super::reply::Reply;
+use super::request::{Auth, normalise_path};
+
+/// The methods a webhook may accept.
+pub const KNOWN_METHODS: [&str; 7] = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"];
+
+/// How a request body becomes the event's `body`. An empty body is always `null`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum Parser {
+    /// Chosen by `Content-Type`: `application/x-www-form-urlencoded` as [`Form`](Parser::Form),
+    /// `application/json` or `*+json` as [`Json`](Parser::Json), `text/*` as
+    /// [`Text`](Parser::Text); anything else is a string when it is valid UTF-8, else
+    /// [`Raw`](Parser::Raw).
+    #[default]
+    Auto,
+    /// JSON; a malformed body is answered 400.
+    Json,
+    /// `a=1&b=2&b=3` as `{"a": "1", "b": ["2", "3"]}`; a body that is not UTF-8 is answered 400.
+    Form,
+    /// UTF-8 text, invalid sequences replaced by U+FFFD.
+    Text,
+    /// The bytes as the reference codec's tag `{"$onestep": {"type": "bytes", "value": <base64>}}`
+    /// (read it with `onestep_core::execution::codec::bytes`).
+    Raw,
+}
+
+impl Parser {
+    /// The lowercase name (`"auto"`, `"json"`, `"form"`, `"text"`, `"raw"`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Auto => "auto",
+            Self::Json => "json",
+            Self::Form => "form",
+            Self::Text => "text",
+            Self::Raw => "raw",
+        }
+    }
+}
+
+impl fmt::Display for Parser {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Parser {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "auto" => Ok(Self::Auto),
+            "json" => Ok(Self::Json),
+            "form" => Ok(Self::Form),
+            "text" => Ok(Self::Text),
+            "raw" => Ok(Self::Raw),
+            other => Err(Error::invalid(
+                "parser",
+                format!("must be one of auto, form, json, raw, text, got {other:?}"),
+            )),
+        }
+    }
+}
+
+/// Requires `<header>: <scheme> <token>` on every request (default `Authorization: Bearer …`).
+///
+/// The scheme is compared case-insensitively, the token in constant time. A request without
+/// it is answered 401 with `WWW-Authenticate: <scheme> realm="<realm>"`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct BearerAuth {
+    /// The expected token (not empty).
+    pub token: String,
+    /// The header carrying it (default `authorization`).
+    pub header: String,
+    /// The scheme before the token (default `Bearer`).
+    pub scheme: String,
+    /// The realm named in the 401 challenge (default `webhook`).
+    pub realm: String,
+}
+
+impl BearerAuth {
+    /// `Authorization: Bearer <token>` with realm `webhook`.
+    pub fn new(token: impl Into<String>) -> Self {
+        Self {
+            token: token.into(),
+            header: "authorization".to_string(),
+            scheme: "Bearer".to_string(),
+            realm: "webhook".to_string(),
+        }
+    }
+}
+
+impl fmt::Debug for BearerAuth {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BearerAuth")
+            .field("token", &"[redacted]")
+            .field("header", &self.header)
+            .field("scheme", &self.scheme)
+            .field("realm", &self.realm)
+            .finish()
+    }
+}
+
+/// The answer to an accepted request.
+///
+/// A `null` body sends no body, a string is sent as `text/plain; charset=utf-8`, anything else
+/// as JSON. `headers` are added (a `Content-Type` here replaces the default one;
+/// `Content-Length` is always computed). `Connection: close` is sent unless set here.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WebhookResponse {
+    /// The status (200..=599, default 202).
+    pub status_code: u16,
+    /// The body (default `{"accepted": true}`).
+    pub body: Value,
+    /// Extra response headers.
+    pub headers: BTreeMap<String, String>,
+}
+
+impl Default for WebhookResponse {
+    fn default() -> Self {
+        Self {
+            status_code: 202,
+            body: json!({"accepted": true}),
+            headers: BTreeMap::new(),
+        }
+    }
+}
+
+/// Options of a [`WebhookSource`](super::WebhookSource), with the reference's defaults.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WebhookOptions {
+    /// The path served, starting with `/`; a trailing `/` is ignored.
+    pub path: String,
+    /// Accepted methods, from [`KNOWN_METHODS`] (any case; default `["POST"]`).
+    pub methods: Vec<String>,
+    /// The address to listen on (default `127.0.0.1`).
+    pub host: String,
+    /// The port (default 8080); `0` picks a free one, see [`WebhookSource::local_addr`](super::WebhookSource::local_addr).
+    pub port: u16,
+    /// How bodies are parsed (default [`Parser::Auto`]).
+    pub parser: Parser,
+    /// Bearer-token check (default none).
+    pub auth: Option<BearerAuth>,
+    /// The answer to accepted requests.
+    pub response: WebhookResponse,
+    /// The largest accepted body (default 1 MiB, >= 1).
+    pub max_body_bytes: usize,
+    /// Seconds allowed to receive the body once headers arrived (default 5).
+    pub read_timeout_s: f64,
+    /// How many requests may wait in memory before new ones get 503 (default 1000, >= 1).
+    pub queue_maxsize: usize,
+    /// The most deliveries one fetch returns (default 100, >= 1).
+    pub batch_size: usize,
+    /// Seconds a fetch waits for the first request (default 0.1).
+    pub poll_interval_s: f64,
+    /// The source name (default `webhook:<path>`).
+    pub name: Option<String>,
+}
+
+impl WebhookOptions {
+    /// Defaults for `path`.
+    pub fn new(path: impl Into<String>) -> Self {
+        Self {
+            path: path.into(),
+            methods: vec!["POST".to_string()],
+            host: "127.0.0.1".to_string(),
+            port: 8080,
+            parser: Parser::Auto,
+            auth: None,
+            response: WebhookResponse::default(),
+            max_body_bytes: 1024 * 1024,
+            read_timeout_s: 5.0,
+            queue_maxsize: 1000,
+            batch_size: 100,
+            poll_interval_s: 0.1,
+            name: None,
+        }
+    }
+
+    /// Checks every option; `prefix` qualifies field names (e.g. `resources.hooks.`).
+    pub fn validate(&self, prefix: &str) -> Result<()> {
+        self.compile(prefix).map(|_| ())
+    }
+
+    /// Validates and builds the normalised options, auth check and response.
+    pub(super) fn compile(&self, prefix: &str) -> Result<(WebhookOptions, Option<Auth>, Reply)> {
+        let invalid = |f: &str, m: String| Error::invalid(format!("{prefix}{f}"), m);
+        if !self.path.starts_with('/') {
+            return Err(invalid(
+                "path",
+                format!("must start with '/', got {:?}", self.path),
+            ));
+        }
+        if self
+            .path
+            .chars()
+            .any(|c| c == '?' || c == '#' || c.is_whitespace() || c.is_control())
+        {
+            return Err(invalid(
+                "path",
+                format!(
+                    "must be a bare path without query, fragment or spaces, got {:?}",
+                    self.path
+                ),
+            ));
+        }
+        if self.methods.is_empty() {
+            return Err(invalid("methods", "must not be empty".to_string()));
+        }
+        let mut methods: Vec<String> = Vec::new();
+        for (i, method) in self.methods.iter().enumerate() {
+            let upper = method.trim().to_ascii_uppercase();
+            if !KNOWN_METHODS.contains(&upper.as_str()) {
+                return Err(invalid(
+                    &format!("methods[{i}]"),
+                    format!(
+                        "must be one of {}, got {method:?}",
+                        KNOWN_METHODS.join(", ")
+                    ),
+                ));
+            }
+            if !methods.contains(&upper) {
+                methods.push(upper);
+            }
+        }
+        if self.host.trim().is_empty() {
+            return Err(invalid("host", "must not be empty".to_string()));
+        }
+        if self.max_body_bytes < 1 {
+            return Err(invalid("max_body_bytes", "must be >= 1, got 0".to_string()));
+        }
+        if self.queue_maxsize < 1 {
+            return Err(invalid("queue_maxsize", "must be >= 1, got 0".to_string()));
+        }
+        if self.batch_size < 1 {
+            return Err(invalid("batch_size", "must be >= 1, got 0".to_string()));
+        }
+        for (name, value) in [
+            ("read_timeout_s", self.read_timeout_s),
+            ("poll_interval_s", self.poll_interval_s),
+        ] {
+            // Duration::from_secs_f64 panics past ~5.8e11 years; a day is plenty.
+            if !(value.is_finite() && value > 0.0 && value <= 86_400.0) {
+                return Err(invalid(
+                    name,
+                    format!("must be a number > 0 and <= 86400, got {value}"),
+                ));
+            }
+        }
+        if let Some(name) = &self.name
+            && name.trim().is_empty()
+        {
+            return Err(invalid("name", "must not be empty when set".to_string()));
+        }
+        let auth = match &self.auth {
+            Some(a) => Some(Auth::compile(a, &format!("{prefix}auth."))?),
+            None => None,
+        };
+        let reply = Reply::compile(&self.response, &format!("{prefix}response."))?;
+        let mut normalised = self.clone();
+        normalised.path = normalise_path(&self.path).to_string();
+        normalised.methods = methods;
+        normalised.host = self.host.trim().to_string();
+        Ok((normalised, auth, reply))
+    }
+}

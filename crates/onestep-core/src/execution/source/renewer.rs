@@ -2,6 +2,8 @@
 //! before its next tick with one `heartbeat_many`, and falls back to one heartbeat per lease.
 
 use super::*;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 /// The most leases one `heartbeat_many` renews.
 pub(super) const HEARTBEAT_BATCH: usize = 500;
@@ -40,6 +42,9 @@ pub(super) fn renewals(m: &Mutex<Renewals>) -> std::sync::MutexGuard<'_, Renewal
 /// interval, doubling, at most a quarter of what remains of the lease), as long as the lease
 /// lasts. On a lost lease or a cancel request it fires that delivery's cancellation token and
 /// stops renewing it.
+///
+/// Every task it starts is owned: the ticks by `task` (aborted on drop), rounds, single
+/// heartbeats and retry timers by the renewer's tracker, stopped when the heartbeater is dropped.
 pub(super) struct Heartbeater<B> {
     pub(super) renewer: Renewer<B>,
     /// The ticking task, (re)started by [`Heartbeater::keep`] when it is not running.
@@ -54,6 +59,8 @@ impl<B: LeasedExecutionBackend + Clone + 'static> Heartbeater<B> {
                 renewals: Arc::new(Mutex::new(Renewals::new())),
                 interval,
                 lease_duration,
+                tasks: TaskTracker::new(),
+                stop: CancellationToken::new(),
             },
             task: Mutex::new(None),
         })
@@ -90,6 +97,12 @@ impl<B> Heartbeater<B> {
     }
 }
 
+impl<B> Drop for Heartbeater<B> {
+    fn drop(&mut self) {
+        self.renewer.stop.cancel();
+    }
+}
+
 /// What the renewer's tasks share.
 #[derive(Clone)]
 pub(super) struct Renewer<B> {
@@ -97,6 +110,20 @@ pub(super) struct Renewer<B> {
     pub(super) renewals: Arc<Mutex<Renewals>>,
     pub(super) interval: Duration,
     pub(super) lease_duration: Duration,
+    /// Rounds, single heartbeats and retry timers in flight.
+    tasks: TaskTracker,
+    /// Cancelled when the heartbeater goes: its tasks stop at their next await.
+    stop: CancellationToken,
+}
+
+impl<B> Renewer<B> {
+    /// Runs `work` in a task of the renewer's own, until it ends or the heartbeater goes.
+    fn spawn(&self, work: impl std::future::Future<Output = ()> + Send + 'static) {
+        let stop = self.stop.clone();
+        self.tasks.spawn(async move {
+            stop.run_until_cancelled(work).await;
+        });
+    }
 }
 
 /// The renewer's ticks (see [`Heartbeater`]).
@@ -119,7 +146,7 @@ pub(super) async fn renew_loop<B: LeasedExecutionBackend + Clone + 'static>(r: R
             })
             .collect();
         for chunk in due.chunks(HEARTBEAT_BATCH) {
-            tokio::spawn(renew_round(r.clone(), chunk.to_vec(), tick, half));
+            r.spawn(renew_round(r.clone(), chunk.to_vec(), tick, half));
         }
     }
 }
@@ -150,7 +177,7 @@ pub(super) async fn renew_round<B: LeasedExecutionBackend + Clone + 'static>(
                 );
             }
             for ids in leases {
-                tokio::spawn(renew_one(r.clone(), ids));
+                r.spawn(renew_one(r.clone(), ids));
             }
         }
     }
@@ -226,12 +253,12 @@ pub(super) async fn settle_renewal<B: LeasedExecutionBackend + Clone + 'static>(
                 None => return,
             }
             // Still busy: the ticks leave it to its own retry.
-            let r = r.clone();
-            tokio::spawn(async move {
+            let again = r.clone();
+            r.spawn(async move {
                 tokio::time::sleep(backoff).await;
-                let kept = renewals(&r.renewals).contains_key(&ids.1);
+                let kept = renewals(&again.renewals).contains_key(&ids.1);
                 if kept {
-                    renew_one(r, ids).await;
+                    renew_one(again, ids).await;
                 }
             });
         }

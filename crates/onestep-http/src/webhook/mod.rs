@@ -55,6 +55,7 @@
 //! it again unchanged. Retries and releases never get a 503: the queue limit applies to new
 //! requests, and retries waiting out their delay count against it.
 
+mod auth;
 mod options;
 mod reply;
 mod request;
@@ -69,7 +70,9 @@ use onestep_core::{Delivery, Envelope, FailureInfo, Resource, Result, Source};
 use serde_json::{Map, Value};
 use tokio::time::Instant;
 
-pub use options::{BearerAuth, KNOWN_METHODS, Parser, WebhookOptions, WebhookResponse};
+pub use auth::BearerAuth;
+pub use options::{KNOWN_METHODS, Parser, WebhookOptions};
+pub use reply::WebhookResponse;
 pub use server::WebhookServers;
 
 use request::Endpoint;

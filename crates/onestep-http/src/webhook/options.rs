@@ -1,14 +1,12 @@
 //! What a webhook source accepts and answers: [`WebhookOptions`] and their parts.
 
-use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
 
 use onestep_core::{Error, Result};
-use serde_json::{Value, json};
 
-use super::reply::Reply;
-use super::request::{Auth, normalise_path};
+use super::auth::{Auth, BearerAuth};
+use super::reply::{Reply, WebhookResponse};
 
 /// The methods a webhook may accept.
 pub const KNOWN_METHODS: [&str; 7] = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"];
@@ -66,70 +64,6 @@ impl FromStr for Parser {
                 "parser",
                 format!("must be one of auto, form, json, raw, text, got {other:?}"),
             )),
-        }
-    }
-}
-
-/// Requires `<header>: <scheme> <token>` on every request (default `Authorization: Bearer …`).
-///
-/// The scheme is compared case-insensitively, the token in constant time. A request without
-/// it is answered 401 with `WWW-Authenticate: <scheme> realm="<realm>"`.
-#[derive(Clone, PartialEq, Eq)]
-pub struct BearerAuth {
-    /// The expected token (not empty).
-    pub token: String,
-    /// The header carrying it (default `authorization`).
-    pub header: String,
-    /// The scheme before the token (default `Bearer`).
-    pub scheme: String,
-    /// The realm named in the 401 challenge (default `webhook`).
-    pub realm: String,
-}
-
-impl BearerAuth {
-    /// `Authorization: Bearer <token>` with realm `webhook`.
-    pub fn new(token: impl Into<String>) -> Self {
-        Self {
-            token: token.into(),
-            header: "authorization".to_string(),
-            scheme: "Bearer".to_string(),
-            realm: "webhook".to_string(),
-        }
-    }
-}
-
-impl fmt::Debug for BearerAuth {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("BearerAuth")
-            .field("token", &"[redacted]")
-            .field("header", &self.header)
-            .field("scheme", &self.scheme)
-            .field("realm", &self.realm)
-            .finish()
-    }
-}
-
-/// The answer to an accepted request.
-///
-/// A `null` body sends no body, a string is sent as `text/plain; charset=utf-8`, anything else
-/// as JSON. `headers` are added (a `Content-Type` here replaces the default one;
-/// `Content-Length` is always computed). `Connection: close` is sent unless set here.
-#[derive(Debug, Clone, PartialEq)]
-pub struct WebhookResponse {
-    /// The status (200..=599, default 202).
-    pub status_code: u16,
-    /// The body (default `{"accepted": true}`).
-    pub body: Value,
-    /// Extra response headers.
-    pub headers: BTreeMap<String, String>,
-}
-
-impl Default for WebhookResponse {
-    fn default() -> Self {
-        Self {
-            status_code: 202,
-            body: json!({"accepted": true}),
-            headers: BTreeMap::new(),
         }
     }
 }
@@ -271,4 +205,10 @@ impl WebhookOptions {
         normalised.host = self.host.trim().to_string();
         Ok((normalised, auth, reply))
     }
+}
+
+/// `/a/b/` → `/a/b`; `/` stays `/`.
+pub(super) fn normalise_path(path: &str) -> &str {
+    let trimmed = path.trim_end_matches('/');
+    if trimmed.is_empty() { "/" } else { trimmed }
 }

@@ -1,12 +1,37 @@
 //! The answers a webhook sends: the configured one for accepted requests, and errors.
 
+use std::collections::BTreeMap;
+
 use axum::body::{Body, Bytes};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use onestep_core::{Error, Result};
 use serde_json::{Value, json};
 
-use super::options::WebhookResponse;
+/// The answer to an accepted request.
+///
+/// A `null` body sends no body, a string is sent as `text/plain; charset=utf-8`, anything else
+/// as JSON. `headers` are added (a `Content-Type` here replaces the default one;
+/// `Content-Length` is always computed). `Connection: close` is sent unless set here.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WebhookResponse {
+    /// The status (200..=599, default 202).
+    pub status_code: u16,
+    /// The body (default `{"accepted": true}`).
+    pub body: Value,
+    /// Extra response headers.
+    pub headers: BTreeMap<String, String>,
+}
+
+impl Default for WebhookResponse {
+    fn default() -> Self {
+        Self {
+            status_code: 202,
+            body: json!({"accepted": true}),
+            headers: BTreeMap::new(),
+        }
+    }
+}
 
 /// The compiled answer to accepted requests.
 pub(super) struct Reply {

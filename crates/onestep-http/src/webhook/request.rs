@@ -9,11 +9,12 @@ use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use onestep_core::execution::codec::bytes_tag;
 use onestep_core::execution::digest::python_isoformat;
-use onestep_core::{Envelope, EnvelopeBuffer, Error, Result};
+use onestep_core::{Envelope, EnvelopeBuffer, Result};
 use serde_json::{Map, Value, json};
 use time::OffsetDateTime;
 
-use super::options::{BearerAuth, Parser, WebhookOptions};
+use super::auth::Auth;
+use super::options::{Parser, WebhookOptions};
 use super::reply::{Reject, Reply, too_large};
 
 /// What a source contributes to a server: its options, checks and queue.
@@ -151,84 +152,6 @@ fn auto_parser(headers: &HeaderMap) -> Parser {
     }
 }
 
-/// The compiled bearer check.
-pub(super) struct Auth {
-    header: HeaderName,
-    scheme: String,
-    token: String,
-    challenge: HeaderValue,
-}
-
-impl Auth {
-    pub(super) fn compile(auth: &BearerAuth, prefix: &str) -> Result<Self> {
-        let invalid = |f: &str, m: String| Error::invalid(format!("{prefix}{f}"), m);
-        if auth.token.is_empty() {
-            return Err(invalid("token", "must not be empty".to_string()));
-        }
-        if auth
-            .token
-            .chars()
-            .any(|c| c.is_whitespace() || c.is_control())
-        {
-            return Err(invalid(
-                "token",
-                "must not contain spaces or control characters".to_string(),
-            ));
-        }
-        let header = HeaderName::from_bytes(auth.header.trim().as_bytes()).map_err(|_| {
-            invalid(
-                "header",
-                format!("must be a valid header name, got {:?}", auth.header),
-            )
-        })?;
-        if auth.scheme.is_empty() || !auth.scheme.chars().all(|c| c.is_ascii_graphic()) {
-            return Err(invalid(
-                "scheme",
-                format!("must be a non-empty word, got {:?}", auth.scheme),
-            ));
-        }
-        let challenge = (!auth.realm.contains(['"', '\\']))
-            .then(|| HeaderValue::from_str(&format!("{} realm=\"{}\"", auth.scheme, auth.realm)))
-            .and_then(|v| v.ok())
-            .ok_or_else(|| {
-                invalid(
-                    "realm",
-                    format!(
-                        "must be visible ASCII without quotes or backslashes, got {:?}",
-                        auth.realm
-                    ),
-                )
-            })?;
-        Ok(Self {
-            header,
-            scheme: auth.scheme.clone(),
-            token: auth.token.clone(),
-            challenge,
-        })
-    }
-
-    fn check(&self, headers: &HeaderMap) -> Result<(), Reject> {
-        let presented = headers.get(&self.header).map(HeaderValue::as_bytes);
-        let ok = presented.is_some_and(|value| {
-            let mut split = value.splitn(2, |b| *b == b' ');
-            let scheme = split.next().unwrap_or_default();
-            let token = split.next().unwrap_or_default();
-            !token.is_empty()
-                && scheme.eq_ignore_ascii_case(self.scheme.as_bytes())
-                && crate::constant_time_eq(token, self.token.as_bytes())
-        });
-        if ok {
-            return Ok(());
-        }
-        Err(Reject::new(
-            StatusCode::UNAUTHORIZED,
-            "unauthorized",
-            format!("missing or invalid {} token", self.scheme),
-        )
-        .header(header::WWW_AUTHENTICATE, self.challenge.clone()))
-    }
-}
-
 /// Reads the whole body, answering 413 as soon as it passes `limit` bytes.
 async fn read_limited(mut body: Body, limit: usize) -> Result<Vec<u8>, Reject> {
     let mut out = Vec::new();
@@ -310,10 +233,4 @@ fn header_object(headers: &HeaderMap, redacted: Option<&HeaderName>) -> Map<Stri
         }
     }
     out
-}
-
-/// `/a/b/` → `/a/b`; `/` stays `/`.
-pub(super) fn normalise_path(path: &str) -> &str {
-    let trimmed = path.trim_end_matches('/');
-    if trimmed.is_empty() { "/" } else { trimmed }
 }

@@ -16,8 +16,9 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use super::options::WebhookOptions;
+use super::options::normalise_path;
 use super::reply::Reject;
-use super::request::{Endpoint, normalise_path};
+use super::request::Endpoint;
 use super::{WebhookSource, lock};
 use crate::server::{ServerCounters, ServerLimits, serve_counted};
 

@@ -1,5 +1,6 @@
-//! Built-in handlers of the stock `onestep` binary: `onestep:echo`, `onestep:sleep`,
-//! `onestep:fail` and `onestep:exec` (run any program as a worker).
+//! What the stock `onestep` binary knows: the handlers `onestep:echo`, `onestep:sleep`,
+//! `onestep:fail` and `onestep:exec` (run any program as a worker), and the resource types of
+//! `onestep-core`, `onestep-sql` and `onestep-http`.
 
 use std::process::Stdio;
 use std::sync::Arc;
@@ -12,7 +13,19 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::registry::Registry;
 
-/// Adds the built-ins to `registry`.
+impl Registry {
+    /// The built-in handlers and the resource types of the workspace's crates.
+    pub fn with_builtins() -> Self {
+        let mut registry = Self::default();
+        *registry.catalog_mut() = onestep_core::catalog::Catalog::core();
+        onestep_sql::catalog::register(registry.catalog_mut());
+        onestep_http::catalog::register(registry.catalog_mut());
+        register(&mut registry);
+        registry
+    }
+}
+
+/// Adds the built-in handlers to `registry`.
 pub fn register(registry: &mut Registry) {
     registry.handler(
         "onestep:echo",

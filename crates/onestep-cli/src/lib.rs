@@ -24,7 +24,6 @@ pub mod builtin;
 pub mod command;
 pub mod config;
 pub mod registry;
-pub mod resource;
 
 use std::future::Future;
 use std::process::ExitCode;
@@ -85,8 +84,17 @@ impl Cli {
     }
 
     /// Registers a resource type.
-    pub fn resource_type(mut self, rtype: registry::ResourceType) -> Self {
+    pub fn resource_type<T: onestep_core::catalog::ResourceType>(mut self, rtype: T) -> Self {
         self.registry.add_resource_type(rtype);
+        self
+    }
+
+    /// Adds a crate's resource types: `Cli::new().resource_types(my_plugin::catalog::register)`.
+    pub fn resource_types(
+        mut self,
+        register: impl FnOnce(&mut onestep_core::catalog::Catalog),
+    ) -> Self {
+        register(self.registry.catalog_mut());
         self
     }
 

@@ -523,3 +523,53 @@ fn webhook_resources_are_checked_field_by_field() {
     );
     expect(&with("    path: hooks\n"), "resources.hook.path", "");
 }
+
+/// The stock binary composes the catalogs of core, onestep-sql and onestep-http, and each
+/// type's documented fields are exactly the ones it reads.
+#[test]
+fn the_stock_catalog_has_every_crate_s_types_documented_as_read() {
+    let registry = Registry::with_builtins();
+    assert_eq!(
+        registry.catalog().names(),
+        [
+            "cron",
+            "interval",
+            "memory",
+            "mysql",
+            "mysql_execution_source",
+            "postgres",
+            "postgres_execution_source",
+            "sqlite",
+            "sqlite_execution_source",
+            "webhook"
+        ]
+    );
+    assert_eq!(registry.catalog().audit(), Vec::<String>::new());
+}
+
+/// References between resources are checked after every resource is read, with the messages
+/// of the reference.
+#[test]
+fn connector_references_name_what_they_need() {
+    let yaml = VALID.replace("connector: db", "connector: queue");
+    assert_eq!(
+        problems(&yaml),
+        [(
+            "resources.jobs.connector".to_string(),
+            "resource \"queue\" of type memory is not a connector".to_string(),
+            Some(11)
+        )]
+    );
+    let yaml = VALID
+        .replace("type: sqlite\n", "type: postgres\n")
+        .replace("sqlite://demo.db", "postgres://u@127.0.0.1/db");
+    assert_eq!(
+        problems(&yaml)[0].1,
+        "resource \"db\" must be a sqlite connector, got a postgres connector"
+    );
+    let yaml = VALID.replace("connector: db", "connector: nowhere");
+    assert_eq!(
+        problems(&yaml)[0].1,
+        "unknown resource \"nowhere\"; define the connector under resources"
+    );
+}

@@ -28,6 +28,7 @@
 //! ```
 
 pub mod app;
+pub mod catalog;
 pub mod clock;
 pub mod connector;
 pub mod delivery;

@@ -45,6 +45,7 @@
 #![recursion_limit = "256"]
 
 mod body;
+pub mod catalog;
 pub mod client;
 mod error;
 mod openapi;

@@ -27,6 +27,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod catalog;
 mod connector;
 mod decode;
 pub mod dialect;

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use crate::config;
-use crate::registry::{Built, Registry};
+use crate::registry::Registry;
 
 /// Arguments of `check`.
 #[derive(Debug, clap::Args)]
@@ -119,7 +119,7 @@ async fn connect(spec: &config::AppSpec, registry: &Registry, timeout: Duration,
             println!("{line}");
         }
     };
-    let mut ctx = config::build::BuildContext::new(registry, &spec.resources);
+    let mut ctx = onestep_core::catalog::BuildContext::new(registry.catalog(), &spec.resources);
     let mut failed = 0;
     for r in &spec.resources {
         let built = match ctx.get(&r.name) {
@@ -130,12 +130,7 @@ async fn connect(spec: &config::AppSpec, registry: &Registry, timeout: Duration,
                 continue;
             }
         };
-        let resource: std::sync::Arc<dyn onestep_core::Resource> = match built {
-            Built::Source(s) => s,
-            Built::Sink(s) => s,
-            Built::Queue(q) => q,
-            Built::Connector { lifecycle, .. } => lifecycle,
-        };
+        let resource = built.resource();
         let outcome = tokio::time::timeout(timeout, async {
             resource.open().await?;
             resource.close().await

@@ -1,112 +1,18 @@
 //! Builds an [`OneStepApp`] from a validated [`AppSpec`]: resources on demand (references
 //! resolved by name, cycles reported), tasks with their handlers and retry policies.
 
-use std::any::{Any, TypeId};
-use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
+use onestep_core::catalog::BuildContext;
 use onestep_core::{
-    ByFailureKind, ExponentialBackoff, FailureKind, MaxAttempts, NoRetry, OneStepApp, Resource,
-    RetryPolicy, Sink, Source, Task, TaskContext,
+    ByFailureKind, ExponentialBackoff, FailureKind, MaxAttempts, NoRetry, OneStepApp, RetryPolicy,
+    Task, TaskContext,
 };
 use serde_json::Value;
 
-use super::spec::{AppSpec, ResourceSpec, RetrySpec};
-use crate::registry::{Built, Registry};
-
-/// Builds resources by name, each once, in dependency order.
-pub struct BuildContext<'a> {
-    registry: &'a Registry,
-    specs: &'a [ResourceSpec],
-    built: HashMap<String, Built>,
-    building: HashSet<String>,
-    /// Connector lifecycles to open and close with the app.
-    lifecycles: Vec<Arc<dyn Resource>>,
-    /// One value per type, shared by the resources of this build (see [`BuildContext::shared`]).
-    shared: HashMap<TypeId, Box<dyn Any + Send + Sync>>,
-}
-
-impl<'a> BuildContext<'a> {
-    /// A context over `specs`.
-    pub fn new(registry: &'a Registry, specs: &'a [ResourceSpec]) -> Self {
-        Self {
-            registry,
-            specs,
-            built: HashMap::new(),
-            building: HashSet::new(),
-            lifecycles: Vec::new(),
-            shared: HashMap::new(),
-        }
-    }
-
-    /// The one `T` of this build, made with `T::default()` on first use: state the resources
-    /// of one app share, such as the listeners webhook sources on one port serve from.
-    pub fn shared<T: Default + Clone + Send + Sync + 'static>(&mut self) -> T {
-        let slot = self
-            .shared
-            .entry(TypeId::of::<T>())
-            .or_insert_with(|| Box::new(T::default()));
-        // The slot of `TypeId::of::<T>()` always holds a `T`.
-        slot.downcast_ref::<T>().cloned().unwrap_or_default()
-    }
-
-    /// The resource named `name`, built on first use.
-    pub fn get(&mut self, name: &str) -> Result<Built, String> {
-        if let Some(b) = self.built.get(name) {
-            return Ok(b.clone());
-        }
-        let spec = self
-            .specs
-            .iter()
-            .find(|s| s.name == name)
-            .ok_or_else(|| format!("unknown resource {name:?}"))?;
-        if !self.building.insert(name.to_string()) {
-            return Err(format!(
-                "{}: resource references form a cycle through {name:?}",
-                spec.path
-            ));
-        }
-        let rtype = self
-            .registry
-            .resource_type(&spec.type_name)
-            .ok_or_else(|| {
-                format!(
-                    "{}.type: unknown resource type {:?}",
-                    spec.path, spec.type_name
-                )
-            })?;
-        let built = (rtype.build)(spec, self).map_err(|e| {
-            if e.starts_with("resources.") {
-                e
-            } else {
-                format!("{}: {e}", spec.path)
-            }
-        })?;
-        if let Built::Connector { lifecycle, .. } = &built {
-            self.lifecycles.push(lifecycle.clone());
-        }
-        self.building.remove(name);
-        self.built.insert(name.to_string(), built.clone());
-        Ok(built)
-    }
-
-    fn source(&mut self, name: &str) -> Result<Arc<dyn Source>, String> {
-        match self.get(name)? {
-            Built::Source(s) => Ok(s),
-            Built::Queue(q) => Ok(q),
-            _ => Err(format!("resource {name:?} is not a source")),
-        }
-    }
-
-    fn sink(&mut self, name: &str) -> Result<Arc<dyn Sink>, String> {
-        match self.get(name)? {
-            Built::Sink(s) => Ok(s),
-            Built::Queue(q) => Ok(q),
-            _ => Err(format!("resource {name:?} is not a sink")),
-        }
-    }
-}
+use super::spec::{AppSpec, RetrySpec};
+use crate::registry::Registry;
 
 /// The retry policy a spec describes.
 pub fn retry_policy(spec: &RetrySpec) -> Result<Arc<dyn RetryPolicy>, String> {
@@ -185,14 +91,14 @@ impl RetryPolicy for ArcPolicy {
 
 /// Builds the app. Errors name the resource or task path.
 pub fn build_app(spec: &AppSpec, registry: &Registry) -> Result<OneStepApp, String> {
-    let mut ctx = BuildContext::new(registry, &spec.resources);
+    let mut ctx = BuildContext::new(registry.catalog(), &spec.resources);
     for r in &spec.resources {
-        ctx.get(&r.name)?;
+        ctx.get(&r.name).map_err(|e| e.to_string())?;
     }
     let mut builder = OneStepApp::builder(&spec.name)
         .config(spec.config.clone())
         .shutdown_timeout(spec.shutdown_timeout_s.map(Duration::from_secs_f64));
-    for lifecycle in std::mem::take(&mut ctx.lifecycles) {
+    for lifecycle in ctx.take_lifecycles() {
         builder = builder.resource(lifecycle);
     }
     for t in &spec.tasks {

@@ -1,7 +1,10 @@
 //! The typed configuration and the rules that produce it. Every problem is collected with its
 //! YAML path; nothing stops at the first one.
 
+use onestep_core::catalog::{Fields, Role};
 use serde_json::{Map, Value};
+
+pub use onestep_core::catalog::{ResourceSpec, child, type_name};
 
 use super::Document;
 use super::problem::Problems;
@@ -28,19 +31,6 @@ pub struct AppSpec {
     pub resources: Vec<ResourceSpec>,
     /// `tasks`, in document order.
     pub tasks: Vec<TaskSpec>,
-}
-
-/// One entry of `resources`.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ResourceSpec {
-    /// Its name (the mapping key).
-    pub name: String,
-    /// Its normalized `type`.
-    pub type_name: String,
-    /// Every other field.
-    pub fields: Map<String, Value>,
-    /// Its YAML path (`resources.<name>`).
-    pub path: String,
 }
 
 /// One entry of `tasks`.
@@ -215,19 +205,6 @@ pub struct Checker<'a> {
     pub strict: bool,
 }
 
-/// JSON type names as messages say them.
-pub fn type_name(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(n) if n.is_f64() => "a number",
-        Value::Number(_) => "an integer",
-        Value::String(_) => "a string",
-        Value::Array(_) => "a list",
-        Value::Object(_) => "a mapping",
-    }
-}
-
 impl<'a> Checker<'a> {
     /// Records a problem.
     pub fn problem(&mut self, path: &str, message: impl Into<String>) {
@@ -250,15 +227,24 @@ impl<'a> Checker<'a> {
         }
     }
 
+    /// Runs `read` over `map` at `path`, keeping the problems it finds.
+    fn read<T>(
+        &mut self,
+        map: &Map<String, Value>,
+        path: &str,
+        read: impl FnOnce(&mut Fields<'_>) -> T,
+    ) -> T {
+        let mut fields = Fields::new("", path, map, self.strict);
+        let out = read(&mut fields);
+        for p in fields.into_problems() {
+            self.problem(&p.path, p.message);
+        }
+        out
+    }
+
     /// A required non-empty string.
     pub fn string(&mut self, map: &Map<String, Value>, key: &str, path: &str) -> Option<String> {
-        match map.get(key) {
-            None | Some(Value::Null) => {
-                self.problem(&child(path, key), "is required (a non-empty string)");
-                None
-            }
-            Some(v) => self.string_value(v, &child(path, key)),
-        }
+        self.read(map, path, |f| f.string(key))
     }
 
     /// An optional non-empty string.
@@ -268,24 +254,12 @@ impl<'a> Checker<'a> {
         key: &str,
         path: &str,
     ) -> Option<String> {
-        match map.get(key) {
-            None | Some(Value::Null) => None,
-            Some(v) => self.string_value(v, &child(path, key)),
-        }
+        self.read(map, path, |f| f.opt_string(key))
     }
 
+    /// `v` as a non-empty string, the value at `path`.
     fn string_value(&mut self, v: &Value, path: &str) -> Option<String> {
-        match v.as_str().map(str::trim) {
-            Some(s) if !s.is_empty() => Some(s.to_string()),
-            Some(_) => {
-                self.problem(path, "must be a non-empty string");
-                None
-            }
-            None => {
-                self.problem(path, format!("expected a string, got {}", type_name(v)));
-                None
-            }
-        }
+        self.read(&Map::new(), "", |f| f.as_string(path, v))
     }
 
     /// An optional finite number `> 0` (or `>= 0` when `allow_zero`).
@@ -296,33 +270,7 @@ impl<'a> Checker<'a> {
         path: &str,
         allow_zero: bool,
     ) -> Option<f64> {
-        let v = map.get(key).filter(|v| !v.is_null())?;
-        let p = child(path, key);
-        let bound = if allow_zero { ">= 0" } else { "> 0" };
-        match v.as_f64() {
-            Some(n) if key.ends_with("_s") && n > onestep_core::clock::MAX_SECONDS => {
-                self.problem(
-                    &p,
-                    format!(
-                        "must be at most {} seconds (100 years), got {n}",
-                        onestep_core::clock::MAX_SECONDS
-                    ),
-                );
-                None
-            }
-            Some(n) if n.is_finite() && (n > 0.0 || (allow_zero && n == 0.0)) => Some(n),
-            Some(n) => {
-                self.problem(&p, format!("must be a finite number {bound}, got {n}"));
-                None
-            }
-            None => {
-                self.problem(
-                    &p,
-                    format!("expected a number {bound}, got {}", type_name(v)),
-                );
-                None
-            }
-        }
+        self.read(map, path, |f| f.opt_number(key, allow_zero))
     }
 
     /// An optional integer `>= min`.
@@ -333,37 +281,12 @@ impl<'a> Checker<'a> {
         path: &str,
         min: i64,
     ) -> Option<i64> {
-        let v = map.get(key).filter(|v| !v.is_null())?;
-        let p = child(path, key);
-        match v.as_i64() {
-            Some(n) if n >= min => Some(n),
-            Some(n) => {
-                self.problem(&p, format!("must be an integer >= {min}, got {n}"));
-                None
-            }
-            None => {
-                self.problem(
-                    &p,
-                    format!("expected an integer >= {min}, got {}", type_name(v)),
-                );
-                None
-            }
-        }
+        self.read(map, path, |f| f.opt_integer(key, min))
     }
 
     /// An optional boolean.
     pub fn opt_bool(&mut self, map: &Map<String, Value>, key: &str, path: &str) -> Option<bool> {
-        let v = map.get(key).filter(|v| !v.is_null())?;
-        match v.as_bool() {
-            Some(b) => Some(b),
-            None => {
-                self.problem(
-                    &child(path, key),
-                    format!("expected true or false, got {}", type_name(v)),
-                );
-                None
-            }
-        }
+        self.read(map, path, |f| f.opt_bool(key))
     }
 
     /// A mapping at `path`.
@@ -428,15 +351,6 @@ impl<'a> Checker<'a> {
                 Vec::new()
             }
         }
-    }
-}
-
-/// `parent.key`, or `key` at the top.
-pub fn child(path: &str, key: &str) -> String {
-    if path.is_empty() {
-        key.to_string()
-    } else {
-        format!("{path}.{key}")
     }
 }
 
@@ -582,33 +496,17 @@ fn app_spec(root: &Value, registry: &Registry, c: &mut Checker<'_>) -> Option<Ap
                 continue;
             };
             let type_name = normalize_type(&type_raw);
-            let mut rest = fields.clone();
-            rest.shift_remove("type");
-            match registry.resource_type(&type_name) {
-                None => c.problem(
+            if registry.catalog().get(&type_name).is_none() {
+                c.problem(
                     &child(&path, "type"),
                     format!(
                         "unknown resource type {type_raw:?}; known types: {}",
-                        registry.resource_type_names().join(", ")
+                        registry.catalog().names().join(", ")
                     ),
-                ),
-                Some(rtype) => {
-                    if c.strict {
-                        let unsupported: Vec<&String> =
-                            rest.keys().filter(|k| !rtype.allows(k)).collect();
-                        for key in unsupported {
-                            c.problem(
-                                &child(&path, key),
-                                format!(
-                                    "unsupported field for {type_name}; expected one of: {}",
-                                    rtype.field_names().join(", ")
-                                ),
-                            );
-                        }
-                    }
-                    (rtype.validate)(&rest, &path, c);
-                }
+                );
             }
+            let mut rest = fields.clone();
+            rest.shift_remove("type");
             resources.push(ResourceSpec {
                 name: rname.clone(),
                 type_name,
@@ -617,59 +515,8 @@ fn app_spec(root: &Value, registry: &Registry, c: &mut Checker<'_>) -> Option<Ap
             });
         }
     }
-
-    for r in &resources {
-        let Some(name) = r.fields.get("connector").and_then(Value::as_str) else {
-            continue;
-        };
-        let path = child(&r.path, "connector");
-        match resources.iter().find(|t| t.name == name) {
-            None => c.problem(
-                &path,
-                format!("unknown resource {name:?}; define the connector under resources"),
-            ),
-            Some(target) => {
-                let is_connector = registry
-                    .resource_type(&target.type_name)
-                    .is_some_and(|t| t.roles.contains(&"connector"));
-                let wanted = r.type_name.strip_suffix("_execution_source");
-                if !is_connector {
-                    c.problem(
-                        &path,
-                        format!(
-                            "resource {name:?} of type {} is not a connector",
-                            target.type_name
-                        ),
-                    );
-                } else if let Some(kind) = wanted.filter(|k| *k != target.type_name) {
-                    c.problem(
-                        &path,
-                        format!(
-                            "resource {name:?} must be a {kind} connector, got a {} connector",
-                            target.type_name
-                        ),
-                    );
-                }
-            }
-        }
-        if let Some(kind) = r.type_name.strip_suffix("_execution_source") {
-            let dialect = match kind {
-                "postgres" => Some(onestep_sql::schema::Dialect::Postgres),
-                "mysql" => Some(onestep_sql::schema::Dialect::MySql),
-                "sqlite" => Some(onestep_sql::schema::Dialect::Sqlite),
-                _ => None,
-            };
-            for field in ["table", "attempts_table"] {
-                if let (Some(d), Some(t)) = (dialect, r.fields.get(field).and_then(Value::as_str))
-                    && let Err(e) = onestep_sql::schema::validate_table_name(field, t, d)
-                {
-                    c.problem(
-                        &child(&r.path, field),
-                        e.to_string().trim_start_matches(field).trim().to_string(),
-                    );
-                }
-            }
-        }
+    for problem in registry.catalog().check(&resources, c.strict) {
+        c.problem(&problem.path, problem.message);
     }
 
     let mut tasks = Vec::new();
@@ -714,7 +561,7 @@ fn resource_ref(
     resources: &[ResourceSpec],
     name: &str,
     path: &str,
-    role: &str,
+    role: Role,
 ) {
     match resources.iter().find(|r| r.name == name) {
         None => c.problem(
@@ -722,11 +569,8 @@ fn resource_ref(
             format!("unknown resource {name:?}; define it under resources"),
         ),
         Some(r) => {
-            let roles = registry
-                .resource_type(&r.type_name)
-                .map(|t| t.roles)
-                .unwrap_or(&[]);
-            if !roles.contains(&role) && registry.resource_type(&r.type_name).is_some() {
+            let known = registry.catalog().get(&r.type_name).is_some();
+            if known && !registry.catalog().roles_of(&r.type_name).contains(&role) {
                 c.problem(
                     path,
                     format!(
@@ -752,7 +596,14 @@ fn task_spec(
     let name = c.string(map, "name", &path);
     let source = c.opt_string(map, "source", &path);
     if let Some(s) = &source {
-        resource_ref(c, registry, resources, s, &child(&path, "source"), "source");
+        resource_ref(
+            c,
+            registry,
+            resources,
+            s,
+            &child(&path, "source"),
+            Role::Source,
+        );
     }
     let emit = c.names(map.get("emit"), &child(&path, "emit"));
     for (j, e) in emit.iter().enumerate() {
@@ -761,7 +612,7 @@ fn task_spec(
         } else {
             child(&path, "emit")
         };
-        resource_ref(c, registry, resources, e, &p, "sink");
+        resource_ref(c, registry, resources, e, &p, Role::Sink);
     }
     let dead_letter = c.names(map.get("dead_letter"), &child(&path, "dead_letter"));
     for d in &dead_letter {
@@ -771,7 +622,7 @@ fn task_spec(
             resources,
             d,
             &child(&path, "dead_letter"),
-            "sink",
+            Role::Sink,
         );
     }
     let handler = match map.get("handler") {

@@ -56,6 +56,7 @@
 //! requests, and retries waiting out their delay count against it.
 
 mod auth;
+mod catalog;
 mod options;
 mod reply;
 mod request;
@@ -71,6 +72,7 @@ use serde_json::{Map, Value};
 use tokio::time::Instant;
 
 pub use auth::BearerAuth;
+pub use catalog::WebhookType;
 pub use options::{KNOWN_METHODS, Parser, WebhookOptions};
 pub use reply::WebhookResponse;
 pub use server::WebhookServers;

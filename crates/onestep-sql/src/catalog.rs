@@ -1,0 +1,391 @@
+//! This crate's resource types for declarative apps: the `postgres`, `mysql` and `sqlite`
+//! connectors and their `*_execution_source`s (one pair per enabled dialect feature).
+//!
+//! ```
+//! let mut catalog = onestep_core::catalog::Catalog::core();
+//! onestep_sql::catalog::register(&mut catalog);
+//! assert!(catalog.get("postgres_execution_source").is_some());
+//! ```
+
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use onestep_core::Resource;
+use onestep_core::catalog::{
+    BuildContext, BuildError, Built, Catalog, FieldDoc, Fields, ResourceType, Role, type_name,
+};
+use onestep_core::execution::{ExecutionSource, ExecutionSourceOptions, LeasedExecutionBackend};
+use serde_json::Value;
+
+use crate::{BackendOptions, Dialect, PoolSettings, SqlConnector, SqlExecutionBackend};
+
+/// Adds a connector and an execution source type for every enabled dialect.
+pub fn register(catalog: &mut Catalog) {
+    #[cfg(feature = "postgres")]
+    add::<crate::postgres::Postgres>(catalog, "postgres_execution_source");
+    #[cfg(feature = "mysql")]
+    add::<crate::mysql::MySql>(catalog, "mysql_execution_source");
+    #[cfg(feature = "sqlite")]
+    add::<crate::sqlite::Sqlite>(catalog, "sqlite_execution_source");
+}
+
+/// Adds `D`'s connector (named `D::NAME`) and execution source (named `source_type`).
+fn add<D: Dialect>(catalog: &mut Catalog, source_type: &'static str)
+where
+    SqlExecutionBackend<D>: LeasedExecutionBackend,
+{
+    catalog
+        .add(ConnectorType::<D>(PhantomData))
+        .add(ExecutionSourceType::<D> {
+            name: source_type,
+            dialect: PhantomData,
+        });
+}
+
+const CONNECTOR_FIELDS: &[FieldDoc] = &[
+    FieldDoc::required(
+        "dsn",
+        "string",
+        "connection URL (sqlx or SQLAlchemy spelling)",
+    ),
+    FieldDoc::optional("max_connections", "integer", Some("10"), "pool size"),
+    FieldDoc::optional(
+        "acquire_timeout_s",
+        "number",
+        Some("5"),
+        "how long to wait for a connection",
+    ),
+];
+
+/// `type: postgres | mysql | sqlite`: a pool other resources share (`connector: <name>`).
+struct ConnectorType<D>(PhantomData<fn() -> D>);
+
+impl<D: Dialect> ResourceType for ConnectorType<D> {
+    type Options = (String, PoolSettings);
+
+    fn name(&self) -> &'static str {
+        D::NAME
+    }
+
+    fn roles(&self) -> &'static [Role] {
+        &[Role::Connector]
+    }
+
+    fn fields(&self) -> &'static [FieldDoc] {
+        CONNECTOR_FIELDS
+    }
+
+    fn read(&self, f: &mut Fields<'_>) -> Option<Self::Options> {
+        let dsn = f
+            .string("dsn")
+            .and_then(|dsn| match crate::dsn::Dsn::parse(&dsn) {
+                Ok(_) => Some(dsn),
+                Err(e) => {
+                    f.problem("dsn", e.trim_start_matches("dsn ").to_string());
+                    None
+                }
+            });
+        let mut settings = PoolSettings::default();
+        if let Some(n) = f.opt_integer("max_connections", 1) {
+            settings.max_connections = u32::try_from(n).unwrap_or(u32::MAX);
+        }
+        if let Some(t) = f.opt_number("acquire_timeout_s", false) {
+            settings.acquire_timeout = Duration::from_secs_f64(t);
+        }
+        Some((dsn?, settings))
+    }
+
+    fn build(
+        &self,
+        name: &str,
+        (dsn, settings): Self::Options,
+        _ctx: &mut BuildContext<'_>,
+    ) -> Result<Built, BuildError> {
+        let connector = SqlConnector::<D>::new(&dsn)
+            .and_then(|c| c.with_settings(settings))
+            .map_err(|e| BuildError::new(e.to_string()))?;
+        Ok(Built::Connector {
+            kind: D::NAME,
+            value: Arc::new(connector.clone()),
+            lifecycle: Arc::new(ConnectorLifecycle {
+                name: name.to_string(),
+                connector,
+            }),
+        })
+    }
+}
+
+/// Closes a connector's pool at app shutdown.
+struct ConnectorLifecycle<D: Dialect> {
+    name: String,
+    connector: SqlConnector<D>,
+}
+
+#[async_trait]
+impl<D: Dialect> Resource for ConnectorLifecycle<D> {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    async fn close(&self) -> onestep_core::Result<()> {
+        self.connector.close().await;
+        Ok(())
+    }
+}
+
+const EXECUTION_SOURCE_FIELDS: &[FieldDoc] = &[
+    FieldDoc::required("connector", "string", "the connector resource"),
+    FieldDoc::required("namespace", "string", "namespace to claim from (1..255)"),
+    FieldDoc::required("task_names", "list", "exactly one task name"),
+    FieldDoc::optional(
+        "table",
+        "string",
+        Some("onestep_executions"),
+        "executions table",
+    ),
+    FieldDoc::optional(
+        "attempts_table",
+        "string",
+        Some("onestep_execution_attempts"),
+        "attempts table",
+    ),
+    FieldDoc::optional(
+        "batch_size",
+        "integer",
+        Some("100"),
+        "most executions per claim",
+    ),
+    FieldDoc::optional(
+        "prefetch",
+        "integer",
+        Some("0"),
+        "claimed executions held beyond free slots (short tasks)",
+    ),
+    FieldDoc::optional(
+        "poll_interval_s",
+        "number",
+        Some("1.0"),
+        "sleep after an empty claim",
+    ),
+    FieldDoc::optional("lease_duration_s", "number", Some("90.0"), "lease length"),
+    FieldDoc::optional(
+        "heartbeat_interval_s",
+        "number",
+        Some("30.0"),
+        "lease renewal period (<= lease/3)",
+    ),
+    FieldDoc::optional(
+        "worker_id",
+        "string",
+        Some("onestep-worker"),
+        "worker id recorded on attempts",
+    ),
+    FieldDoc::optional(
+        "auto_create",
+        "boolean",
+        Some("true"),
+        "create missing tables",
+    ),
+    FieldDoc::optional(
+        "max_payload_bytes",
+        "integer",
+        Some("1048576"),
+        "payload size limit",
+    ),
+    FieldDoc::optional(
+        "max_metadata_bytes",
+        "integer",
+        Some("65536"),
+        "metadata size limit",
+    ),
+    FieldDoc::optional(
+        "max_result_bytes",
+        "integer",
+        Some("1048576"),
+        "result size limit",
+    ),
+    FieldDoc::optional(
+        "reclaim_batch_size",
+        "integer",
+        Some("100"),
+        "expired rows recovered per claim step",
+    ),
+];
+
+/// `type: <dialect>_execution_source`: claims tracked executions through a connector.
+struct ExecutionSourceType<D> {
+    name: &'static str,
+    dialect: PhantomData<fn() -> D>,
+}
+
+/// What an execution source resource reads into: the connector it names and the options of
+/// its backend and worker, each starting from their own defaults.
+struct ExecutionSourceSpec {
+    connector: String,
+    backend: BackendOptions,
+    source: ExecutionSourceOptions,
+}
+
+impl<D: Dialect> ResourceType for ExecutionSourceType<D>
+where
+    SqlExecutionBackend<D>: LeasedExecutionBackend,
+{
+    type Options = ExecutionSourceSpec;
+
+    fn name(&self) -> &'static str {
+        self.name
+    }
+
+    fn roles(&self) -> &'static [Role] {
+        &[Role::Source]
+    }
+
+    fn fields(&self) -> &'static [FieldDoc] {
+        EXECUTION_SOURCE_FIELDS
+    }
+
+    fn read(&self, f: &mut Fields<'_>) -> Option<ExecutionSourceSpec> {
+        let connector = f.reference("connector", Role::Connector, Some(D::NAME));
+        let namespace = f.string("namespace");
+        let task_name = read_task_name(f);
+        let mut source = ExecutionSourceOptions::new(namespace.clone().unwrap_or_default(), "");
+        source.task_names = task_name.into_iter().collect();
+        if let Some(n) = f.opt_count("batch_size", 1) {
+            source.batch_size = n;
+        }
+        if let Some(n) = f.opt_count("prefetch", 0) {
+            source.prefetch = n;
+        }
+        let lease = f.opt_number("lease_duration_s", false);
+        let beat = f.opt_number("heartbeat_interval_s", false);
+        source.poll_interval_s = f
+            .opt_number("poll_interval_s", false)
+            .unwrap_or(source.poll_interval_s);
+        source.lease_duration_s = lease.unwrap_or(source.lease_duration_s);
+        source.heartbeat_interval_s = beat.unwrap_or(source.heartbeat_interval_s);
+        if let Some(worker) = f.opt_string("worker_id") {
+            source.worker_id = worker;
+        }
+        let mut backend = BackendOptions::default();
+        for (key, table) in [
+            ("table", &mut backend.table),
+            ("attempts_table", &mut backend.attempts_table),
+        ] {
+            if let Some(name) = f.opt_string(key) {
+                match crate::schema::validate_table_name(key, &name, D::SCHEMA) {
+                    Ok(()) => *table = name,
+                    Err(e) => {
+                        let text = e.to_string();
+                        f.problem(key, text.trim_start_matches(key).trim().to_string());
+                    }
+                }
+            }
+        }
+        if let Some(a) = f.opt_bool("auto_create") {
+            backend.auto_create = a;
+        }
+        for (key, limit) in [
+            ("max_payload_bytes", &mut backend.limits.max_payload_bytes),
+            ("max_metadata_bytes", &mut backend.limits.max_metadata_bytes),
+            ("max_result_bytes", &mut backend.limits.max_result_bytes),
+            ("reclaim_batch_size", &mut backend.reclaim_batch_size),
+        ] {
+            if let Some(n) = f.opt_count(key, 1) {
+                *limit = n;
+            }
+        }
+        let (lease_s, beat_s) = (source.lease_duration_s, source.heartbeat_interval_s);
+        if beat_s > lease_s / 3.0 * (1.0 + 1e-9) {
+            f.problem(
+                "heartbeat_interval_s",
+                format!(
+                    "must be <= lease_duration_s / 3 ({}), got {beat_s}",
+                    lease_s / 3.0
+                ),
+            );
+        }
+        if namespace.is_some_and(|ns| ns.chars().count() > 255) {
+            f.problem("namespace", "must be at most 255 characters");
+        }
+        Some(ExecutionSourceSpec {
+            connector: connector?,
+            backend,
+            source,
+        })
+    }
+
+    fn build(
+        &self,
+        _name: &str,
+        spec: ExecutionSourceSpec,
+        ctx: &mut BuildContext<'_>,
+    ) -> Result<Built, BuildError> {
+        let connector = ctx.connector::<SqlConnector<D>>(&spec.connector, D::NAME)?;
+        let backend = SqlExecutionBackend::<D>::from_connector(&connector, spec.backend)
+            .map_err(|e| BuildError::new(e.to_string()))?;
+        let source = ExecutionSource::new(backend, spec.source)?;
+        Ok(Built::Source(Arc::new(source)))
+    }
+}
+
+/// `task_names`: a list of exactly one non-empty name.
+fn read_task_name(f: &mut Fields<'_>) -> Option<String> {
+    match f.value("task_names") {
+        Some(Value::Array(items)) if items.len() == 1 => match items[0].as_str().map(str::trim) {
+            Some(name) if !name.is_empty() => Some(name.to_string()),
+            _ => {
+                f.problem("task_names", "must list exactly one task name, got 1");
+                None
+            }
+        },
+        Some(Value::Array(items)) => {
+            f.problem(
+                "task_names",
+                format!("must list exactly one task name, got {}", items.len()),
+            );
+            None
+        }
+        None => {
+            f.problem(
+                "task_names",
+                "is required (a list with exactly one task name)",
+            );
+            None
+        }
+        Some(other) => {
+            f.problem(
+                "task_names",
+                format!(
+                    "expected a list with one task name, got {}",
+                    type_name(other)
+                ),
+            );
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_documented_field_is_read_and_nothing_else() {
+        let mut catalog = Catalog::new();
+        register(&mut catalog);
+        assert_eq!(catalog.audit(), Vec::<String>::new());
+        assert_eq!(
+            catalog.names(),
+            [
+                "mysql",
+                "mysql_execution_source",
+                "postgres",
+                "postgres_execution_source",
+                "sqlite",
+                "sqlite_execution_source"
+            ]
+        );
+    }
+}

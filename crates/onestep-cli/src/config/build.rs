@@ -5,89 +5,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use onestep_core::catalog::BuildContext;
-use onestep_core::{
-    ByFailureKind, ExponentialBackoff, FailureKind, MaxAttempts, NoRetry, OneStepApp, RetryPolicy,
-    Task, TaskContext,
-};
+use onestep_core::{OneStepApp, Task, TaskContext};
 use serde_json::Value;
 
-use super::spec::{AppSpec, RetrySpec};
+use super::retry::retry_policy;
+use super::spec::AppSpec;
 use crate::registry::Registry;
-
-/// The retry policy a spec describes.
-pub fn retry_policy(spec: &RetrySpec) -> Result<Arc<dyn RetryPolicy>, String> {
-    Ok(match spec {
-        RetrySpec::None => Arc::new(NoRetry),
-        RetrySpec::MaxAttempts {
-            max_attempts,
-            delay_s,
-        } => {
-            let p = MaxAttempts::new(*max_attempts).map_err(|e| e.to_string())?;
-            Arc::new(match delay_s {
-                Some(d) => p.with_delay(Duration::from_secs_f64(*d)),
-                None => p,
-            })
-        }
-        RetrySpec::Exponential {
-            max_attempts,
-            min_delay_s,
-            max_delay_s,
-            multiplier,
-            jitter,
-        } => Arc::new(
-            ExponentialBackoff::from_secs(
-                *max_attempts,
-                *min_delay_s,
-                *max_delay_s,
-                *multiplier,
-                jitter
-                    .parse()
-                    .map_err(|e: onestep_core::Error| e.to_string())?,
-            )
-            .map_err(|e| e.to_string())?,
-        ),
-        RetrySpec::ByFailureKind {
-            default,
-            error,
-            timeout,
-            cancelled,
-        } => {
-            let mut b = ByFailureKind::builder();
-            let boxed = |s: &RetrySpec| retry_policy(s).map(ArcPolicy);
-            if let Some(d) = default {
-                b = b.default_policy(boxed(d)?);
-            }
-            for (kind, sub) in [
-                (FailureKind::Error, error),
-                (FailureKind::Timeout, timeout),
-                (FailureKind::Cancelled, cancelled),
-            ] {
-                if let Some(s) = sub {
-                    b = b.on(kind, boxed(s)?);
-                }
-            }
-            Arc::new(b.build().map_err(|e| e.to_string())?)
-        }
-    })
-}
-
-/// A shared policy usable where an owned one is expected.
-#[derive(Debug)]
-struct ArcPolicy(Arc<dyn RetryPolicy>);
-
-impl RetryPolicy for ArcPolicy {
-    fn on_error(
-        &self,
-        envelope: &onestep_core::Envelope,
-        failure: &onestep_core::FailureInfo,
-    ) -> onestep_core::RetryAction {
-        self.0.on_error(envelope, failure)
-    }
-
-    fn describe(&self) -> String {
-        self.0.describe()
-    }
-}
 
 /// Builds the app. Errors name the resource or task path.
 pub fn build_app(spec: &AppSpec, registry: &Registry) -> Result<OneStepApp, String> {

@@ -2,8 +2,10 @@
 //! environment interpolation, validation into a typed [`AppSpec`], and building an app.
 
 pub mod build;
+pub mod checker;
 pub mod env;
 pub mod problem;
+pub mod retry;
 pub mod spec;
 pub mod yaml;
 

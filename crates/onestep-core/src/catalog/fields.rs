@@ -62,6 +62,12 @@ pub fn type_name(v: &Value) -> &'static str {
     }
 }
 
+/// A type name as the reference normalizes it: trimmed, lowercase, `-` and `.` become `_`
+/// (`Postgres-Execution-Source` is `postgres_execution_source`).
+pub fn normalize_type(name: &str) -> String {
+    name.trim().to_ascii_lowercase().replace(['-', '.'], "_")
+}
+
 /// `parent.key`, or `key` at the top.
 pub fn child(path: &str, key: &str) -> String {
     if path.is_empty() {

@@ -58,7 +58,7 @@ use serde_json::{Map, Value};
 use crate::source::{Resource, Sink, Source};
 
 pub use build::BuildContext;
-pub use fields::{Fields, Reference, child, type_name};
+pub use fields::{Fields, Reference, child, normalize_type, type_name};
 
 /// What a resource can be used as.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]

@@ -2,7 +2,8 @@
 
 use uuid::Uuid;
 
-use super::record::Execution;
+use super::snapshot::Execution;
+use super::status::ParseStatusError;
 use crate::connector::{BoxError, ConnectorOperationError};
 
 /// Everything that can go wrong submitting, reading, claiming or completing an execution.
@@ -95,5 +96,11 @@ impl From<ExecutionError> for crate::Error {
             }
             other => crate::Error::Other(Box::new(other)),
         }
+    }
+}
+
+impl From<ParseStatusError> for ExecutionError {
+    fn from(err: ParseStatusError) -> Self {
+        Self::invalid(err.field, err.message)
     }
 }

@@ -23,6 +23,7 @@ pub mod error;
 pub mod memory;
 mod pycompat;
 pub mod record;
+pub mod snapshot;
 pub mod source;
 pub mod state;
 pub mod status;
@@ -37,4 +38,4 @@ pub use record::{
     ExecutionPage, ExecutionQuery, ExecutionRequest, HeartbeatResult, SubmitOptions,
 };
 pub use source::{ExecutionSource, ExecutionSourceOptions, ManagedDelivery};
-pub use status::{AttemptStatus, ExecutionStatus};
+pub use status::{AttemptStatus, ExecutionStatus, ParseStatusError};

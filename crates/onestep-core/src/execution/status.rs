@@ -5,8 +5,6 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-use super::error::ExecutionError;
-
 /// Where an execution is in its lifecycle.
 ///
 /// ```text
@@ -80,21 +78,30 @@ impl fmt::Display for ExecutionStatus {
     }
 }
 
+/// A status name that is none of the stored names; converts into
+/// [`ExecutionError::InvalidArgument`](super::ExecutionError::InvalidArgument).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field} {message}")]
+pub struct ParseStatusError {
+    /// `status` or `attempt status`.
+    pub field: &'static str,
+    /// What was expected and what was given.
+    pub message: String,
+}
+
 impl FromStr for ExecutionStatus {
-    type Err = ExecutionError;
+    type Err = ParseStatusError;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         Self::ALL
             .into_iter()
             .find(|status| status.as_str() == s)
-            .ok_or_else(|| {
-                ExecutionError::invalid(
-                    "status",
-                    format!(
-                        "must be one of {}; got {s:?}",
-                        Self::ALL.map(|s| s.as_str()).join(", ")
-                    ),
-                )
+            .ok_or_else(|| ParseStatusError {
+                field: "status",
+                message: format!(
+                    "must be one of {}; got {s:?}",
+                    Self::ALL.map(|s| s.as_str()).join(", ")
+                ),
             })
     }
 }
@@ -142,14 +149,15 @@ impl AttemptStatus {
 }
 
 impl FromStr for AttemptStatus {
-    type Err = ExecutionError;
+    type Err = ParseStatusError;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         Self::ALL
             .into_iter()
             .find(|status| status.as_str() == s)
-            .ok_or_else(|| {
-                ExecutionError::invalid("attempt status", format!("unknown value {s:?}"))
+            .ok_or_else(|| ParseStatusError {
+                field: "attempt status",
+                message: format!("unknown value {s:?}"),
             })
     }
 }

@@ -2,7 +2,7 @@
 //! decoding rows back into snapshots. Shared by the memory backend and the SQL backends.
 
 use serde_json::{Map, Value};
-use time::{OffsetDateTime, UtcOffset};
+use time::OffsetDateTime;
 use uuid::Uuid;
 
 use super::canonical::canonical_size;
@@ -14,6 +14,8 @@ use super::record::{
     Execution, ExecutionErrorDetail, ExecutionLimits, ExecutionPage, ExecutionRequest,
 };
 use super::status::{AttemptStatus, ExecutionStatus};
+
+pub use super::record::{check_expires_at, reject_nul};
 
 /// The metadata key the runtime adds for workers; submissions may not use it.
 pub const RESERVED_METADATA_KEY: &str = "onestep.execution";
@@ -29,40 +31,6 @@ pub const MAX_STORED_DEPTH: usize = 31;
 /// Beyond this many levels a value is rejected without being encoded to measure its stored depth
 /// (the codec recurses once per level).
 const MEASURED_DEPTH: usize = 512;
-
-/// Rejects text holding U+0000, which PostgreSQL cannot store in `text` or `jsonb`. Every backend
-/// rejects it, so all of them accept the same data.
-///
-/// ```
-/// use onestep_core::execution::stored::reject_nul;
-///
-/// assert!(reject_nul("reason", "fine").is_ok());
-/// assert_eq!(
-///     reject_nul("reason", "a\0b").unwrap_err().to_string(),
-///     "reason must not contain the NUL character (\\u0000)"
-/// );
-/// ```
-pub fn reject_nul(field: &str, text: &str) -> ExecutionResult<()> {
-    if text.contains('\0') {
-        return Err(ExecutionError::invalid(
-            field,
-            "must not contain the NUL character (\\u0000)",
-        ));
-    }
-    Ok(())
-}
-
-/// Checks an `expires_at`: the instant must lie in years 1..=9999 once converted to UTC (what
-/// the stored format and Python's `datetime` cover). Returns it in UTC.
-pub fn check_expires_at(at: OffsetDateTime) -> ExecutionResult<OffsetDateTime> {
-    match at.checked_to_offset(UtcOffset::UTC) {
-        Some(utc) if (1..=9999).contains(&utc.year()) => Ok(utc),
-        _ => Err(ExecutionError::invalid(
-            "expires_at",
-            format!("must be between 0001-01-01 and 9999-12-31 in UTC, got {at}"),
-        )),
-    }
-}
 
 /// Visits every array and object of `value` without recursing, calling `text` with each string
 /// and each object key (`true` for keys); returns the nesting depth (a scalar is 0).
@@ -560,7 +528,7 @@ mod tests {
             let encoded = encode_submission(&ok, &ExecutionLimits::default()).unwrap();
             let row = ExecutionRow::queued(&ok, encoded, Uuid::nil(), now);
             let stored = row.expires_at.unwrap();
-            assert_eq!((stored, stored.offset()), (edge, UtcOffset::UTC));
+            assert_eq!((stored, stored.offset()), (edge, time::UtcOffset::UTC));
             assert_eq!(row.to_execution().unwrap().expires_at, Some(edge));
         }
     }

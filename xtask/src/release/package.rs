@@ -64,6 +64,53 @@ fn clear_stale_overlay_sources(order: &[&Crate], report: &mut Report) {
     }
 }
 
+/// Removes the build fingerprints of our crates built from an overlay registry.
+///
+/// Cargo takes a registry package as immutable: once `onestep-core 0.1.0` from the overlay
+/// registry is built, its fingerprint never looks at the sources again, so a later check would
+/// link the dependent crates against the *previous* run's build of an unreleased version (a
+/// function just added to `onestep-core` would be missing). Such a build is found by its
+/// dep-info file (`deps/<crate>-<hash>.d`), which names sources under a local registry
+/// (`registry/src/-…`); removing `.fingerprint/<name>-<hash>` makes cargo build it again.
+fn clear_stale_overlay_builds(env: &Env, order: &[&Crate], report: &mut Report) {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| env.root.join("target"));
+    let profile = target.join("debug");
+    let Ok(deps) = std::fs::read_dir(profile.join("deps")) else {
+        return;
+    };
+    for entry in deps.flatten() {
+        let file = entry.file_name().to_string_lossy().into_owned();
+        let Some(stem) = file.strip_suffix(".d") else {
+            continue;
+        };
+        let Some((lib, hash)) = stem.rsplit_once('-') else {
+            continue;
+        };
+        let Some(krate) = order.iter().find(|c| c.name.replace('-', "_") == lib) else {
+            continue;
+        };
+        let from_overlay =
+            std::fs::read_to_string(entry.path()).is_ok_and(|text| text.contains("registry/src/-"));
+        let fingerprint = profile
+            .join(".fingerprint")
+            .join(format!("{}-{hash}", krate.name));
+        if from_overlay
+            && fingerprint.is_dir()
+            && let Err(err) = std::fs::remove_dir_all(&fingerprint)
+        {
+            report.problem(
+                PACKAGING,
+                format!(
+                    "could not remove the stale build {}: {err}",
+                    fingerprint.display()
+                ),
+            );
+        }
+    }
+}
+
 /// Packages (and unless `no_verify`, builds from the packages) every crate of `order`.
 pub fn package(env: &Env, order: &[&Crate], no_verify: bool, report: &mut Report) {
     if order.is_empty() {
@@ -84,6 +131,7 @@ pub fn package(env: &Env, order: &[&Crate], no_verify: bool, report: &mut Report
         );
     }
     clear_stale_overlay_sources(order, report);
+    clear_stale_overlay_builds(env, order, report);
     let mut cmd = env.cargo();
     cmd.args(["publish", "--dry-run", "--allow-dirty", "--locked"]);
     if no_verify {

@@ -157,9 +157,10 @@ async fn execute<D: Dialect>(
 /// One `COUNT(*)`-like integer query in its own transaction.
 async fn count<D: Dialect>(pool: &sqlx::Pool<D::Db>, sql: &str) -> Result<i64, BoxError> {
     let mut tx = D::begin(pool).await?;
-    let n = D::fetch_count(&mut tx, &D::render(sql), Vec::new()).await?;
+    let rows = D::fetch(&mut tx, &D::render(sql), Vec::new()).await?;
     tx.commit().await?;
-    Ok(n)
+    let first = rows.first().ok_or("the count query returned no row")?;
+    Ok(D::bigint(first, 0)?.unwrap_or(0))
 }
 
 struct Tables {

@@ -2,7 +2,7 @@
 
 use async_trait::async_trait;
 use onestep_core::execution::ExecutionResult;
-use onestep_core::execution::stored::{AttemptRow, ExecutionRow};
+use onestep_core::execution::stored::ExecutionRow;
 use onestep_core::{ConnectorErrorKind, ConnectorOperation, ConnectorOperationError};
 use time::OffsetDateTime;
 use uuid::Uuid;
@@ -32,7 +32,70 @@ impl Default for PoolSettings {
 /// A row of maintenance candidates: id, version and lease token.
 pub type Candidate = (Uuid, i64, Option<Uuid>);
 
-/// One accepted completion of a batch, as [`Dialect::complete_many`] writes it: the execution's
+/// A row of dialect `D`'s database.
+pub type Row<D> = <<D as Dialect>::Db as sqlx::Database>::Row;
+
+/// A future the batch writers return.
+pub type BoxFuture<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
+
+/// Runs [`BatchPaths::insert_many`] (rendered) for new executions; returns how many went in,
+/// fewer than the rows when a key was taken.
+pub type InsertMany<D> = for<'a> fn(
+    &'a mut sqlx::Transaction<'static, <D as Dialect>::Db>,
+    &'a str,
+    &'a [&'a ExecutionRow],
+) -> BoxFuture<'a, Result<u64, sqlx::Error>>;
+
+/// Runs [`BatchPaths::complete_many`] (rendered) for completions the state machine accepted
+/// (their rows locked) at the given time; returns how many executions and attempts changed.
+pub type CompleteMany<D> = for<'a> fn(
+    &'a mut sqlx::Transaction<'static, <D as Dialect>::Db>,
+    &'a [String; 2],
+    OffsetDateTime,
+    &'a [CompletionWrite<'a>],
+) -> BoxFuture<'a, Result<(u64, u64), sqlx::Error>>;
+
+/// The one optional capability of a dialect: statements of fixed shape for batches, so their
+/// text, and the server's plan for it, is the same at every batch size, and the writers that
+/// bind whole columns at once. Without it, the state machine claims in three statements,
+/// looks keys up with `IN (?, …)`, inserts with multi-row `VALUES`, matches ids with
+/// `IN (?, …)` and completes with `CASE id WHEN ? THEN ? …` updates, which every dialect runs
+/// (MySQL has no `UPDATE … RETURNING`; SQLite runs in-process under one database lock, so its
+/// statements cost no round trips).
+///
+/// Placeholders as in `sql::render`.
+pub struct BatchPaths<D: Dialect> {
+    /// Claims a batch in one round trip: locks ready rows as `sql::CLAIM` does, starts them,
+    /// inserts their attempts and returns the started rows (all columns, in claim order). Also
+    /// `{claim}` (`sql::CLAIM` selecting `e.id`), `{now}` (`sql::NOW_OR_TRANSACTION_TIME`, so
+    /// only a dialect whose [`Dialect::database_now`] is its `CURRENT_TIMESTAMP` may offer
+    /// it) and `{tasks}`. Parameters, in order: namespace, the task names, now, now, limit; the
+    /// lease tokens and the attempt ids (as many as the limit, each list one comma-separated
+    /// text, paired with the locked rows by position); `lease_expires_at` (NULL: now plus the
+    /// next parameter), now, the lease in microseconds, worker id, now, now.
+    pub claim: &'static str,
+    /// Reads the rows of one (namespace, task) for a batch of idempotency keys, each looked up
+    /// through the unique key index whatever the table's statistics say. Parameters: the keys
+    /// as one JSON array text, namespace, task name. Returns all execution columns.
+    pub rows_by_keys: &'static str,
+    /// Inserts a batch of new executions, run by `run_insert_many`. A row whose idempotency key
+    /// (or id) is taken is skipped, not an error: the state machine compares the row count
+    /// with the rows it sent, and reads the stored keys only when they differ.
+    pub insert_many: &'static str,
+    /// How `id` matches a batch of ids bound as one comma-separated text (batched completions
+    /// and heartbeats lock their rows with it); PostgreSQL's is
+    /// `= ANY(string_to_array(?, ',')::uuid[])`.
+    pub id_in_text_list: &'static str,
+    /// Writes a batch of accepted completions, run by `run_complete_many`: the first updates
+    /// the executions, the second finishes their attempts (only those still `running`).
+    pub complete_many: [&'static str; 2],
+    /// Runs `insert_many`.
+    pub run_insert_many: InsertMany<D>,
+    /// Runs `complete_many`.
+    pub run_complete_many: CompleteMany<D>,
+}
+
+/// One accepted completion of a batch, as [`BatchPaths::run_complete_many`] writes it: the execution's
 /// new state (its lease, token and worker are cleared, its version bumped, `updated_at` set to
 /// the batch's time) and its attempt's.
 #[derive(Debug, Clone, Copy)]
@@ -76,52 +139,10 @@ pub trait Dialect: Send + Sync + Sized + 'static {
     /// The clause that locks selected rows and skips rows locked by others (claims).
     const SKIP_LOCKED: &'static str;
 
-    /// A statement that claims a batch in one round trip: it locks ready rows as
-    /// `sql::CLAIM` does, starts them, inserts their attempts and returns the started
-    /// rows (all columns, in claim order). `None` (the default): the state machine selects,
-    /// updates and inserts with three statements, which every dialect can run (MySQL has no
-    /// `UPDATE … RETURNING`; SQLite runs in-process under one database lock, so its statements
-    /// cost no round trips).
-    ///
-    /// Placeholders as in `sql::render`, plus `{claim}` (`sql::CLAIM` selecting
-    /// `e.id`), `{now}` (`sql::NOW_OR_TRANSACTION_TIME`, so only a dialect whose
-    /// [`Dialect::database_now`] is its `CURRENT_TIMESTAMP` may offer one) and `{tasks}`.
-    /// Parameters, in order: namespace, the task names, now, now, limit; the lease tokens and the
-    /// attempt ids (as many as the limit, each list one comma-separated text, paired with the
-    /// locked rows by position); `lease_expires_at` (NULL: now plus the next parameter), now,
-    /// the lease in microseconds, worker id, now, now.
-    const CLAIM_IN_ONE_STATEMENT: Option<&'static str> = None;
-
-    /// A statement that reads the rows of one (namespace, task) for a batch of idempotency keys
-    /// (batched submits), each key looked up through the unique key index whatever the table's
-    /// statistics say. `None` (the default): `idempotency_key IN (?, …)`.
-    ///
-    /// Placeholders as in `sql::render`. Parameters, in order: the keys as one JSON array text,
-    /// namespace, task name. Returns all execution columns of the rows found.
-    const ROWS_BY_KEYS: Option<&'static str> = None;
-
-    /// A statement of fixed shape that inserts a batch of new executions (batched submits), run
-    /// by [`Dialect::insert_many`], so its text, and the server's plan for it, is the same at
-    /// every batch size. `None` (the default): multi-row `INSERT … VALUES (?, …), (?, …)`.
-    ///
-    /// A row whose idempotency key (or id) is taken must be skipped, not fail the statement:
-    /// the state machine compares the row count with the rows it sent, and reads the stored
-    /// keys only when they differ (see `submit_many`).
-    const INSERT_MANY: Option<&'static str> = None;
-
-    /// How a statement of fixed shape matches `id` against a batch of ids bound as one
-    /// comma-separated text (batched completions and heartbeats lock their rows with it), so its text, and
-    /// the server's plan for it, is the same at every batch size; PostgreSQL's is
-    /// `= ANY(string_to_array(?, ',')::uuid[])`. `None` (the default): `IN (?, …)`, one
-    /// parameter per id.
-    const ID_IN_TEXT_LIST: Option<&'static str> = None;
-
-    /// Two statements of fixed shape that write a batch of accepted completions, run by
-    /// [`Dialect::complete_many`]: the first updates the executions, the second finishes their
-    /// attempts (only those still `running`). `None` (the default): one
-    /// `UPDATE … SET column = CASE id WHEN ? THEN ? … END` per table, whose text differs per
-    /// batch size.
-    const COMPLETE_MANY: Option<[&'static str; 2]> = None;
+    /// The statements of fixed shape for batches, and the writers that run them, when the
+    /// dialect has them (PostgreSQL); see [`BatchPaths`]. `None` (the default): the statements
+    /// every dialect runs.
+    const BATCH_PATHS: Option<BatchPaths<Self>> = None;
 
     /// Quotes a validated identifier (`"name"`, or `` `name` `` on MySQL), as the DDL does.
     fn quote(identifier: &str) -> String {
@@ -159,72 +180,30 @@ pub trait Dialect: Send + Sync + Sized + 'static {
         params: Vec<Param>,
     ) -> Result<u64, sqlx::Error>;
 
-    /// Runs [`Dialect::INSERT_MANY`] (rendered) for `rows`, new executions; returns how many
-    /// went in, fewer than `rows` when a key was taken. Called only for a dialect that has an
-    /// `INSERT_MANY`; the default reports that it has none.
-    async fn insert_many(
-        tx: &mut sqlx::Transaction<'static, Self::Db>,
-        sql: &str,
-        rows: &[&ExecutionRow],
-    ) -> Result<u64, sqlx::Error> {
-        let _ = (tx, sql, rows);
-        Err(sqlx::Error::Protocol(format!(
-            "the {} dialect has no batch insert",
-            Self::NAME
-        )))
-    }
-
-    /// Runs [`Dialect::COMPLETE_MANY`] (rendered) for `writes`, completions the state machine
-    /// has accepted (their rows locked); returns how many executions and how many attempts
-    /// were updated. Called only for a dialect that has a `COMPLETE_MANY`; the default reports
-    /// that it has none.
-    async fn complete_many(
-        tx: &mut sqlx::Transaction<'static, Self::Db>,
-        sql: &[String; 2],
-        now: OffsetDateTime,
-        writes: &[CompletionWrite<'_>],
-    ) -> Result<(u64, u64), sqlx::Error> {
-        let _ = (tx, sql, now, writes);
-        Err(sqlx::Error::Protocol(format!(
-            "the {} dialect has no batched completion",
-            Self::NAME
-        )))
-    }
-
-    /// Runs a query returning execution rows (all columns, in table order).
-    async fn fetch_executions(
+    /// Runs a query; returns its rows.
+    async fn fetch(
         tx: &mut sqlx::Transaction<'static, Self::Db>,
         sql: &str,
         params: Vec<Param>,
-    ) -> Result<Vec<ExecutionRow>, sqlx::Error>;
+    ) -> Result<Vec<Row<Self>>, sqlx::Error>;
 
-    /// Runs a query returning `id, version, lease_token`.
-    async fn fetch_candidates(
-        tx: &mut sqlx::Transaction<'static, Self::Db>,
-        sql: &str,
-        params: Vec<Param>,
-    ) -> Result<Vec<Candidate>, sqlx::Error>;
+    /// Column `i` of `row` as text (`None` for NULL).
+    fn text(row: &Row<Self>, i: usize) -> Result<Option<String>, sqlx::Error>;
 
-    /// Runs a query returning `status, COUNT(*), MIN(created_at)` rows (one per status).
-    async fn fetch_status_counts(
-        tx: &mut sqlx::Transaction<'static, Self::Db>,
-        sql: &str,
-        params: Vec<Param>,
-    ) -> Result<Vec<(String, i64, Option<OffsetDateTime>)>, sqlx::Error>;
+    /// Column `i` as a 32-bit integer (`attempts`, `attempt_no`).
+    fn int(row: &Row<Self>, i: usize) -> Result<Option<i32>, sqlx::Error>;
 
-    /// Runs a query returning one integer (a `COUNT(*)`).
-    async fn fetch_count(
-        tx: &mut sqlx::Transaction<'static, Self::Db>,
-        sql: &str,
-        params: Vec<Param>,
-    ) -> Result<i64, sqlx::Error>;
+    /// Column `i` as a 64-bit integer (`version`, counts).
+    fn bigint(row: &Row<Self>, i: usize) -> Result<Option<i64>, sqlx::Error>;
 
-    /// Runs a query returning attempt rows (all columns, in table order).
-    async fn fetch_attempts(
-        tx: &mut sqlx::Transaction<'static, Self::Db>,
-        sql: &str,
-        params: Vec<Param>,
-    ) -> Result<Vec<AttemptRow>, sqlx::Error>;
+    /// Column `i` as an id, however the dialect stores it.
+    fn id(row: &Row<Self>, i: usize) -> Result<Option<Uuid>, sqlx::Error>;
+
+    /// Column `i` as an instant, however the dialect stores it.
+    fn time(row: &Row<Self>, i: usize) -> Result<Option<OffsetDateTime>, sqlx::Error>;
+
+    /// Column `i` as a JSON document, however the dialect stores it.
+    fn json(row: &Row<Self>, i: usize) -> Result<Option<serde_json::Value>, sqlx::Error>;
 
     /// The database's own time for lease decisions, when the dialect uses it (PostgreSQL's
     /// transaction time); `None` means the process clock decides.

@@ -4,7 +4,7 @@
 use std::str::FromStr;
 
 use async_trait::async_trait;
-use onestep_core::execution::stored::{AttemptRow, ExecutionRow};
+use onestep_core::execution::stored::ExecutionRow;
 use onestep_core::execution::{
     ExecutionError, ExecutionResult, ExecutionSource, ExecutionSourceOptions,
 };
@@ -16,12 +16,12 @@ use sqlx::{Row, Transaction};
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-use crate::dialect::{Candidate, CompletionWrite, Dialect, PoolSettings, classify_common};
+use crate::dialect::{BatchPaths, CompletionWrite, Dialect, PoolSettings, classify_common};
 use crate::dsn::Dsn;
 use crate::machine::{BackendOptions, SqlExecutionBackend};
 use crate::param::{Param, numbered_placeholders};
 use crate::schema::{self, TableNames};
-use crate::{SqlConnector, decode, setup_error};
+use crate::{SqlConnector, setup_error};
 
 /// The PostgreSQL dialect.
 #[derive(Debug, Clone, Copy, Default)]
@@ -68,7 +68,7 @@ started_at, heartbeat_at, finished_at) SELECT attempt_id, id, attempts, lease_to
 'running', NULL, updated_at, updated_at, NULL FROM claimed) \
 SELECT {cols} FROM claimed ORDER BY available_at, created_at, id";
 
-/// Rows by idempotency keys (see `Dialect::ROWS_BY_KEYS`): one equality look-up per key, in a
+/// Rows by idempotency keys (see `BatchPaths::rows_by_keys`): one equality look-up per key, in a
 /// `LATERAL` subquery that `LIMIT 1` keeps from being flattened into a join. With
 /// `idempotency_key IN (…)` the planner may match only `(namespace, task_name)` in the unique
 /// index and filter the keys: on a table that grew faster than autovacuum analyzes it (a bulk
@@ -82,7 +82,7 @@ const ROWS_BY_KEYS: &str = "/* planned per call */ SELECT x.* FROM jsonb_array_e
 CROSS JOIN LATERAL (SELECT {cols} FROM {e} WHERE namespace = ? AND task_name = ? \
 AND idempotency_key = k.key LIMIT 1) x";
 
-/// A batch of new executions in one fixed-shape insert (see `Dialect::INSERT_MANY`): one typed
+/// A batch of new executions in one fixed-shape insert (see `BatchPaths::insert_many`): one typed
 /// array per column, bound in binary. A multi-row `VALUES` list of 500 rows has 11,500
 /// parameters; its text differs per batch size and is too large to keep prepared, so every
 /// batch paid ~7 ms of parse and ~12 ms of bind per 1,000 rows for ~10 ms of execution. A row
@@ -94,10 +94,10 @@ const INSERT_MANY: &str = "INSERT INTO {e} ({cols}) SELECT * FROM unnest(?::uuid
 ?::timestamptz[], ?::timestamptz[], ?::timestamptz[], ?::timestamptz[], ?::timestamptz[], \
 ?::timestamptz[], ?::bigint[]) ON CONFLICT DO NOTHING";
 
-/// A batch of ids matched by a statement of fixed shape (see `Dialect::ID_IN_TEXT_LIST`).
+/// A batch of ids matched by a statement of fixed shape (see `BatchPaths::id_in_text_list`).
 const ID_IN_TEXT_LIST: &str = "= ANY(string_to_array(?, ',')::uuid[])";
 
-/// A batch of accepted completions in two fixed-shape updates (see `Dialect::COMPLETE_MANY`).
+/// A batch of accepted completions in two fixed-shape updates (see `BatchPaths::complete_many`).
 /// The `CASE id WHEN ? THEN ? …` updates they replace had a text per batch size and evaluated
 /// one `WHEN` after another for every row and column. They are planned per call, like the
 /// batch lock (see `SqlExecutionBackend::over_ids`): kept prepared, the attempts update got
@@ -145,48 +145,84 @@ fn query(sql: &str, params: Vec<Param>) -> Query<'_, sqlx::Postgres, PgArguments
         .fold(sqlx::query(sql).persistent(persistent), bind)
 }
 
-fn execution(row: &PgRow) -> Result<ExecutionRow, sqlx::Error> {
-    Ok(ExecutionRow {
-        id: row.try_get(0)?,
-        namespace: row.try_get(1)?,
-        task_name: row.try_get(2)?,
-        status: decode::status(row.try_get::<String, _>(3)?)?,
-        payload: row.try_get::<Value, _>(4)?,
-        metadata: row.try_get::<Value, _>(5)?,
-        result: row.try_get::<Option<Value>, _>(6)?,
-        error: row.try_get::<Option<Value>, _>(7)?,
-        idempotency_key: row.try_get(8)?,
-        submission_digest: row.try_get(9)?,
-        attempts: row.try_get(10)?,
-        available_at: row.try_get(11)?,
-        lease_token: row.try_get(12)?,
-        lease_expires_at: row.try_get(13)?,
-        worker_id: row.try_get(14)?,
-        cancel_reason: row.try_get(15)?,
-        cancel_requested_at: row.try_get(16)?,
-        expires_at: row.try_get(17)?,
-        created_at: row.try_get(18)?,
-        updated_at: row.try_get(19)?,
-        started_at: row.try_get(20)?,
-        finished_at: row.try_get(21)?,
-        version: row.try_get(22)?,
-    })
+/// Runs [`COMPLETE_MANY`]: one array per column.
+async fn complete_many(
+    tx: &mut Transaction<'static, sqlx::Postgres>,
+    sql: &[String; 2],
+    now: OffsetDateTime,
+    writes: &[CompletionWrite<'_>],
+) -> Result<(u64, u64), sqlx::Error> {
+    use sqlx::types::Json;
+    let executions = sqlx::query(&sql[0])
+        .persistent(crate::param::is_stable(&sql[0]))
+        .bind(now)
+        .bind(column(writes, |w| w.execution_id))
+        .bind(column(writes, |w| w.status))
+        .bind(column(writes, |w| w.result.map(Json)))
+        .bind(column(writes, |w| w.error.map(Json)))
+        .bind(column(writes, |w| w.available_at))
+        .bind(column(writes, |w| w.finished_at))
+        .execute(&mut **tx)
+        .await?
+        .rows_affected();
+    let attempts = sqlx::query(&sql[1])
+        .persistent(crate::param::is_stable(&sql[1]))
+        .bind(now)
+        .bind(column(writes, |w| w.attempt_id))
+        .bind(column(writes, |w| w.attempt_status))
+        .bind(column(writes, |w| w.error.map(Json)))
+        .execute(&mut **tx)
+        .await?
+        .rows_affected();
+    Ok((executions, attempts))
 }
 
-fn attempt(row: &PgRow) -> Result<AttemptRow, sqlx::Error> {
-    Ok(AttemptRow {
-        id: row.try_get(0)?,
-        execution_id: row.try_get(1)?,
-        attempt_no: row.try_get(2)?,
-        lease_token: row.try_get(3)?,
-        worker_id: row.try_get(4)?,
-        status: decode::attempt_status(row.try_get::<String, _>(5)?)?,
-        error: row.try_get::<Option<Value>, _>(6)?,
-        started_at: row.try_get(7)?,
-        heartbeat_at: row.try_get(8)?,
-        finished_at: row.try_get(9)?,
-    })
+/// Runs [`INSERT_MANY`]: one typed array per column, bound in binary.
+async fn insert_many(
+    tx: &mut Transaction<'static, sqlx::Postgres>,
+    sql: &str,
+    rows: &[&ExecutionRow],
+) -> Result<u64, sqlx::Error> {
+    use sqlx::types::Json;
+    let done = sqlx::query(sql)
+        .bind(column(rows, |r| r.id))
+        .bind(column(rows, |r| r.namespace.as_str()))
+        .bind(column(rows, |r| r.task_name.as_str()))
+        .bind(column(rows, |r| r.status.as_str()))
+        .bind(column(rows, |r| Json(&r.payload)))
+        .bind(column(rows, |r| Json(&r.metadata)))
+        .bind(column(rows, |r| r.result.as_ref().map(Json)))
+        .bind(column(rows, |r| r.error.as_ref().map(Json)))
+        .bind(column(rows, |r| r.idempotency_key.as_deref()))
+        .bind(column(rows, |r| r.submission_digest.as_deref()))
+        .bind(column(rows, |r| r.attempts))
+        .bind(column(rows, |r| r.available_at))
+        .bind(column(rows, |r| r.lease_token))
+        .bind(column(rows, |r| r.lease_expires_at))
+        .bind(column(rows, |r| r.worker_id.as_deref()))
+        .bind(column(rows, |r| r.cancel_reason.as_deref()))
+        .bind(column(rows, |r| r.cancel_requested_at))
+        .bind(column(rows, |r| r.expires_at))
+        .bind(column(rows, |r| r.created_at))
+        .bind(column(rows, |r| r.updated_at))
+        .bind(column(rows, |r| r.started_at))
+        .bind(column(rows, |r| r.finished_at))
+        .bind(column(rows, |r| r.version))
+        .execute(&mut **tx)
+        .await?;
+    Ok(done.rows_affected())
 }
+
+/// [`Dialect::BATCH_PATHS`] of PostgreSQL.
+const BATCH_PATHS: BatchPaths<Postgres> = BatchPaths {
+    claim: CLAIM_IN_ONE_STATEMENT,
+    rows_by_keys: ROWS_BY_KEYS,
+    insert_many: INSERT_MANY,
+    id_in_text_list: ID_IN_TEXT_LIST,
+    complete_many: COMPLETE_MANY,
+    run_insert_many: |tx, sql, rows| Box::pin(insert_many(tx, sql, rows)),
+    run_complete_many: |tx, sql, now, writes| Box::pin(complete_many(tx, sql, now, writes)),
+};
 
 #[async_trait]
 impl Dialect for Postgres {
@@ -195,11 +231,7 @@ impl Dialect for Postgres {
     const SCHEMA: schema::Dialect = schema::Dialect::Postgres;
     const FOR_UPDATE: &'static str = " FOR UPDATE";
     const SKIP_LOCKED: &'static str = " FOR UPDATE SKIP LOCKED";
-    const CLAIM_IN_ONE_STATEMENT: Option<&'static str> = Some(CLAIM_IN_ONE_STATEMENT);
-    const ROWS_BY_KEYS: Option<&'static str> = Some(ROWS_BY_KEYS);
-    const INSERT_MANY: Option<&'static str> = Some(INSERT_MANY);
-    const ID_IN_TEXT_LIST: Option<&'static str> = Some(ID_IN_TEXT_LIST);
-    const COMPLETE_MANY: Option<[&'static str; 2]> = Some(COMPLETE_MANY);
+    const BATCH_PATHS: Option<BatchPaths<Self>> = Some(BATCH_PATHS);
 
     fn render(sql: &str) -> String {
         numbered_placeholders(sql)
@@ -236,139 +268,36 @@ impl Dialect for Postgres {
         Ok(query(sql, params).execute(&mut **tx).await?.rows_affected())
     }
 
-    async fn complete_many(
-        tx: &mut Transaction<'static, sqlx::Postgres>,
-        sql: &[String; 2],
-        now: OffsetDateTime,
-        writes: &[CompletionWrite<'_>],
-    ) -> Result<(u64, u64), sqlx::Error> {
-        use sqlx::types::Json;
-        let executions = sqlx::query(&sql[0])
-            .persistent(crate::param::is_stable(&sql[0]))
-            .bind(now)
-            .bind(column(writes, |w| w.execution_id))
-            .bind(column(writes, |w| w.status))
-            .bind(column(writes, |w| w.result.map(Json)))
-            .bind(column(writes, |w| w.error.map(Json)))
-            .bind(column(writes, |w| w.available_at))
-            .bind(column(writes, |w| w.finished_at))
-            .execute(&mut **tx)
-            .await?
-            .rows_affected();
-        let attempts = sqlx::query(&sql[1])
-            .persistent(crate::param::is_stable(&sql[1]))
-            .bind(now)
-            .bind(column(writes, |w| w.attempt_id))
-            .bind(column(writes, |w| w.attempt_status))
-            .bind(column(writes, |w| w.error.map(Json)))
-            .execute(&mut **tx)
-            .await?
-            .rows_affected();
-        Ok((executions, attempts))
-    }
-
-    async fn insert_many(
-        tx: &mut Transaction<'static, sqlx::Postgres>,
-        sql: &str,
-        rows: &[&ExecutionRow],
-    ) -> Result<u64, sqlx::Error> {
-        use sqlx::types::Json;
-        let done = sqlx::query(sql)
-            .bind(column(rows, |r| r.id))
-            .bind(column(rows, |r| r.namespace.as_str()))
-            .bind(column(rows, |r| r.task_name.as_str()))
-            .bind(column(rows, |r| r.status.as_str()))
-            .bind(column(rows, |r| Json(&r.payload)))
-            .bind(column(rows, |r| Json(&r.metadata)))
-            .bind(column(rows, |r| r.result.as_ref().map(Json)))
-            .bind(column(rows, |r| r.error.as_ref().map(Json)))
-            .bind(column(rows, |r| r.idempotency_key.as_deref()))
-            .bind(column(rows, |r| r.submission_digest.as_deref()))
-            .bind(column(rows, |r| r.attempts))
-            .bind(column(rows, |r| r.available_at))
-            .bind(column(rows, |r| r.lease_token))
-            .bind(column(rows, |r| r.lease_expires_at))
-            .bind(column(rows, |r| r.worker_id.as_deref()))
-            .bind(column(rows, |r| r.cancel_reason.as_deref()))
-            .bind(column(rows, |r| r.cancel_requested_at))
-            .bind(column(rows, |r| r.expires_at))
-            .bind(column(rows, |r| r.created_at))
-            .bind(column(rows, |r| r.updated_at))
-            .bind(column(rows, |r| r.started_at))
-            .bind(column(rows, |r| r.finished_at))
-            .bind(column(rows, |r| r.version))
-            .execute(&mut **tx)
-            .await?;
-        Ok(done.rows_affected())
-    }
-
-    async fn fetch_executions(
+    async fn fetch(
         tx: &mut Transaction<'static, sqlx::Postgres>,
         sql: &str,
         params: Vec<Param>,
-    ) -> Result<Vec<ExecutionRow>, sqlx::Error> {
-        query(sql, params)
-            .fetch_all(&mut **tx)
-            .await?
-            .iter()
-            .map(execution)
-            .collect()
+    ) -> Result<Vec<PgRow>, sqlx::Error> {
+        query(sql, params).fetch_all(&mut **tx).await
     }
 
-    async fn fetch_candidates(
-        tx: &mut Transaction<'static, sqlx::Postgres>,
-        sql: &str,
-        params: Vec<Param>,
-    ) -> Result<Vec<Candidate>, sqlx::Error> {
-        query(sql, params)
-            .fetch_all(&mut **tx)
-            .await?
-            .iter()
-            .map(|r| {
-                Ok((
-                    r.try_get::<Uuid, _>(0)?,
-                    r.try_get::<i64, _>(1)?,
-                    r.try_get::<Option<Uuid>, _>(2)?,
-                ))
-            })
-            .collect()
+    fn text(row: &PgRow, i: usize) -> Result<Option<String>, sqlx::Error> {
+        row.try_get(i)
     }
 
-    async fn fetch_status_counts(
-        tx: &mut Transaction<'static, sqlx::Postgres>,
-        sql: &str,
-        params: Vec<Param>,
-    ) -> Result<Vec<(String, i64, Option<OffsetDateTime>)>, sqlx::Error> {
-        query(sql, params)
-            .fetch_all(&mut **tx)
-            .await?
-            .iter()
-            .map(|row| Ok((row.try_get(0)?, row.try_get(1)?, row.try_get(2)?)))
-            .collect()
+    fn int(row: &PgRow, i: usize) -> Result<Option<i32>, sqlx::Error> {
+        row.try_get(i)
     }
 
-    async fn fetch_count(
-        tx: &mut Transaction<'static, sqlx::Postgres>,
-        sql: &str,
-        params: Vec<Param>,
-    ) -> Result<i64, sqlx::Error> {
-        query(sql, params)
-            .fetch_one(&mut **tx)
-            .await?
-            .try_get::<i64, _>(0)
+    fn bigint(row: &PgRow, i: usize) -> Result<Option<i64>, sqlx::Error> {
+        row.try_get(i)
     }
 
-    async fn fetch_attempts(
-        tx: &mut Transaction<'static, sqlx::Postgres>,
-        sql: &str,
-        params: Vec<Param>,
-    ) -> Result<Vec<AttemptRow>, sqlx::Error> {
-        query(sql, params)
-            .fetch_all(&mut **tx)
-            .await?
-            .iter()
-            .map(attempt)
-            .collect()
+    fn id(row: &PgRow, i: usize) -> Result<Option<Uuid>, sqlx::Error> {
+        row.try_get(i)
+    }
+
+    fn time(row: &PgRow, i: usize) -> Result<Option<OffsetDateTime>, sqlx::Error> {
+        row.try_get(i)
+    }
+
+    fn json(row: &PgRow, i: usize) -> Result<Option<Value>, sqlx::Error> {
+        row.try_get(i)
     }
 
     async fn database_now(

@@ -77,7 +77,7 @@ pub const FINISH_ATTEMPT_BY_TOKEN: &str = "UPDATE {a} SET status = ?, finished_a
 /// Ready work of one task, oldest first, skipping rows other workers hold. `{tasks}` is
 /// `= ?` for one task or `IN (?, …)`; `{now}` is the claim's time: a `?`, or
 /// [`NOW_OR_TRANSACTION_TIME`] where a dialect's one-statement claim embeds this select
-/// (`Dialect::CLAIM_IN_ONE_STATEMENT`).
+/// (`BatchPaths::claim`).
 pub const CLAIM: &str = "SELECT {cols} FROM {e} e WHERE e.namespace = ? AND e.task_name {tasks} \
 AND e.status IN ('queued', 'retrying') AND e.available_at <= {now} \
 AND (e.expires_at IS NULL OR e.expires_at > {now} OR {lease_lost_retry}) \

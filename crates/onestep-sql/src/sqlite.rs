@@ -7,7 +7,6 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use onestep_core::execution::stored::{AttemptRow, ExecutionRow};
 use onestep_core::execution::{
     ExecutionError, ExecutionResult, ExecutionSource, ExecutionSourceOptions,
 };
@@ -22,7 +21,7 @@ use time::format_description::FormatItem;
 use time::macros::format_description;
 use time::{OffsetDateTime, PrimitiveDateTime};
 
-use crate::dialect::{Candidate, Dialect, PoolSettings, classify_common};
+use crate::dialect::{Dialect, PoolSettings, classify_common};
 use crate::dsn::Dsn;
 use crate::machine::{BackendOptions, SqlExecutionBackend};
 use crate::param::Param;
@@ -136,56 +135,6 @@ fn time(row: &SqliteRow, i: usize) -> Result<Option<OffsetDateTime>, sqlx::Error
         .transpose()
 }
 
-fn required<T>(value: Option<T>, column: &str) -> Result<T, sqlx::Error> {
-    value.ok_or_else(|| sqlx::Error::Decode(format!("column {column} is NULL").into()))
-}
-
-fn execution(row: &SqliteRow) -> Result<ExecutionRow, sqlx::Error> {
-    Ok(ExecutionRow {
-        id: decode::id(row.try_get::<String, _>(0)?)?,
-        namespace: row.try_get(1)?,
-        task_name: row.try_get(2)?,
-        status: decode::status(row.try_get::<String, _>(3)?)?,
-        payload: required(json(row, 4)?, "payload")?,
-        metadata: json(row, 5)?.unwrap_or(Value::Object(Default::default())),
-        result: json(row, 6)?,
-        error: json(row, 7)?,
-        idempotency_key: row.try_get(8)?,
-        submission_digest: row.try_get(9)?,
-        attempts: row.try_get(10)?,
-        available_at: required(time(row, 11)?, "available_at")?,
-        lease_token: row
-            .try_get::<Option<String>, _>(12)?
-            .map(decode::id)
-            .transpose()?,
-        lease_expires_at: time(row, 13)?,
-        worker_id: row.try_get(14)?,
-        cancel_reason: row.try_get(15)?,
-        cancel_requested_at: time(row, 16)?,
-        expires_at: time(row, 17)?,
-        created_at: required(time(row, 18)?, "created_at")?,
-        updated_at: required(time(row, 19)?, "updated_at")?,
-        started_at: time(row, 20)?,
-        finished_at: time(row, 21)?,
-        version: row.try_get(22)?,
-    })
-}
-
-fn attempt(row: &SqliteRow) -> Result<AttemptRow, sqlx::Error> {
-    Ok(AttemptRow {
-        id: decode::id(row.try_get::<String, _>(0)?)?,
-        execution_id: decode::id(row.try_get::<String, _>(1)?)?,
-        attempt_no: row.try_get(2)?,
-        lease_token: decode::id(row.try_get::<String, _>(3)?)?,
-        worker_id: row.try_get(4)?,
-        status: decode::attempt_status(row.try_get::<String, _>(5)?)?,
-        error: json(row, 6)?,
-        started_at: required(time(row, 7)?, "started_at")?,
-        heartbeat_at: required(time(row, 8)?, "heartbeat_at")?,
-        finished_at: time(row, 9)?,
-    })
-}
-
 #[async_trait]
 impl Dialect for Sqlite {
     type Db = sqlx::Sqlite;
@@ -263,75 +212,38 @@ impl Dialect for Sqlite {
         Ok(query(sql, params).execute(&mut **tx).await?.rows_affected())
     }
 
-    async fn fetch_executions(
+    async fn fetch(
         tx: &mut Transaction<'static, sqlx::Sqlite>,
         sql: &str,
         params: Vec<Param>,
-    ) -> Result<Vec<ExecutionRow>, sqlx::Error> {
-        query(sql, params)
-            .fetch_all(&mut **tx)
-            .await?
-            .iter()
-            .map(execution)
-            .collect()
+    ) -> Result<Vec<SqliteRow>, sqlx::Error> {
+        query(sql, params).fetch_all(&mut **tx).await
     }
 
-    async fn fetch_candidates(
-        tx: &mut Transaction<'static, sqlx::Sqlite>,
-        sql: &str,
-        params: Vec<Param>,
-    ) -> Result<Vec<Candidate>, sqlx::Error> {
-        query(sql, params)
-            .fetch_all(&mut **tx)
-            .await?
-            .iter()
-            .map(|r| {
-                Ok((
-                    decode::id(r.try_get::<String, _>(0)?)?,
-                    r.try_get::<i64, _>(1)?,
-                    r.try_get::<Option<String>, _>(2)?
-                        .map(decode::id)
-                        .transpose()?,
-                ))
-            })
-            .collect()
+    fn text(row: &SqliteRow, i: usize) -> Result<Option<String>, sqlx::Error> {
+        row.try_get(i)
     }
 
-    async fn fetch_status_counts(
-        tx: &mut Transaction<'static, sqlx::Sqlite>,
-        sql: &str,
-        params: Vec<Param>,
-    ) -> Result<Vec<(String, i64, Option<OffsetDateTime>)>, sqlx::Error> {
-        query(sql, params)
-            .fetch_all(&mut **tx)
-            .await?
-            .iter()
-            .map(|row| Ok((row.try_get(0)?, row.try_get(1)?, time(row, 2)?)))
-            .collect()
+    fn int(row: &SqliteRow, i: usize) -> Result<Option<i32>, sqlx::Error> {
+        row.try_get(i)
     }
 
-    async fn fetch_count(
-        tx: &mut Transaction<'static, sqlx::Sqlite>,
-        sql: &str,
-        params: Vec<Param>,
-    ) -> Result<i64, sqlx::Error> {
-        query(sql, params)
-            .fetch_one(&mut **tx)
-            .await?
-            .try_get::<i64, _>(0)
+    fn bigint(row: &SqliteRow, i: usize) -> Result<Option<i64>, sqlx::Error> {
+        row.try_get(i)
     }
 
-    async fn fetch_attempts(
-        tx: &mut Transaction<'static, sqlx::Sqlite>,
-        sql: &str,
-        params: Vec<Param>,
-    ) -> Result<Vec<AttemptRow>, sqlx::Error> {
-        query(sql, params)
-            .fetch_all(&mut **tx)
-            .await?
-            .iter()
-            .map(attempt)
-            .collect()
+    fn id(row: &SqliteRow, i: usize) -> Result<Option<uuid::Uuid>, sqlx::Error> {
+        row.try_get::<Option<String>, _>(i)?
+            .map(decode::id)
+            .transpose()
+    }
+
+    fn time(row: &SqliteRow, i: usize) -> Result<Option<OffsetDateTime>, sqlx::Error> {
+        time(row, i)
+    }
+
+    fn json(row: &SqliteRow, i: usize) -> Result<Option<Value>, sqlx::Error> {
+        json(row, i)
     }
 
     async fn database_now(

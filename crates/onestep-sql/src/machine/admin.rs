@@ -6,7 +6,7 @@ impl<D: Dialect> SqlExecutionBackend<D> {
     /// The attempts history of an execution, oldest first.
     pub async fn attempts(&self, execution_id: Uuid) -> ExecutionResult<Vec<AttemptRow>> {
         let mut tx = self.begin(ConnectorOperation::Fetch).await?;
-        let rows = D::fetch_attempts(
+        let rows = crate::decode::attempts::<D>(
             &mut tx,
             &self.inner.statements.attempts,
             vec![execution_id.into()],
@@ -35,7 +35,7 @@ impl<D: Dialect> SqlExecutionBackend<D> {
         }
         sql.push_str(" GROUP BY status");
         let mut tx = self.begin(op).await?;
-        let rows = D::fetch_status_counts(&mut tx, &D::render(&sql), params)
+        let rows = crate::decode::status_counts::<D>(&mut tx, &D::render(&sql), params)
             .await
             .map_err(db::<D>(op))?;
         Self::commit(tx, op).await?;
@@ -105,7 +105,7 @@ impl<D: Dialect> SqlExecutionBackend<D> {
             } else {
                 i64::try_from(batch).unwrap_or(i64::MAX)
             };
-            let rows = D::fetch_candidates(&mut tx, &select, {
+            let rows = crate::decode::candidates::<D>(&mut tx, &select, {
                 let mut params: Vec<Param> = vec![before.into()];
                 params.extend(namespace.map(Param::from));
                 params.push(limit.into());

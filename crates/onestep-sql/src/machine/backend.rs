@@ -118,7 +118,7 @@ impl<D: Dialect> ExecutionBackend for SqlExecutionBackend<D> {
         params.push(i64::from(query.limit).saturating_add(1).into());
         let op = ConnectorOperation::Fetch;
         let mut tx = self.begin(op).await?;
-        let rows = D::fetch_executions(&mut tx, &D::render(&sql), params)
+        let rows = crate::decode::executions::<D>(&mut tx, &D::render(&sql), params)
             .await
             .map_err(db::<D>(op))?;
         Self::commit(tx, op).await?;

@@ -33,7 +33,7 @@ impl<D: Dialect> SqlExecutionBackend<D> {
     /// The dialect's one-statement claim for `task_count` task names (`None` where the dialect
     /// claims in steps), with the dialect's placeholders; for checking its plan with `EXPLAIN`.
     pub fn claim_in_one_statement_sql(&self, task_count: usize) -> Option<String> {
-        let template = D::CLAIM_IN_ONE_STATEMENT?;
+        let template = D::BATCH_PATHS?.claim;
         if task_count == 1 {
             return self
                 .inner
@@ -147,7 +147,7 @@ impl<D: Dialect> SqlExecutionBackend<D> {
                 now.into(),
                 now.into(),
             ]);
-            let rows = D::fetch_executions(&mut tx, sql, params)
+            let rows = crate::decode::executions::<D>(&mut tx, sql, params)
                 .await
                 .map_err(db::<D>(op))?;
             let attempt_ids: std::collections::HashMap<Uuid, Uuid> = fresh.into_iter().collect();
@@ -214,7 +214,7 @@ impl<D: Dialect> SqlExecutionBackend<D> {
             let mut params: Vec<Param> = vec![namespace.into()];
             params.extend(task_names.iter().map(|t| Param::from(t.trim())));
             params.extend([now.into(), now.into(), i64::try_from(limit.min(MAX_CLAIM_ROWS)).unwrap_or(1000).into()]);
-            let rows = D::fetch_executions(&mut tx, &self.claim_sql(task_names.len()), params)
+            let rows = crate::decode::executions::<D>(&mut tx, &self.claim_sql(task_names.len()), params)
                 .await
                 .map_err(db::<D>(op))?;
             // A row whose stored values do not decode would fail every claim of its task forever:

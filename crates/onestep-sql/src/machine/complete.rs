@@ -77,7 +77,7 @@ impl<D: Dialect> SqlExecutionBackend<D> {
     }
 
     /// A statement over a batch of ids and its id parameters: `template`'s `{ids}` becomes the
-    /// dialect's fixed-shape match with the ids as one text ([`Dialect::ID_IN_TEXT_LIST`]),
+    /// dialect's fixed-shape match with the ids as one text ([`BatchPaths::id_in_text_list`](crate::dialect::BatchPaths::id_in_text_list)),
     /// planned per call (a plan kept from the start of a drain, when the attempts table was
     /// nearly empty, would scan the whole table for every batch once it has grown), or
     /// `IN (?, …)` with one parameter per id (kept prepared only while short, see
@@ -91,7 +91,7 @@ impl<D: Dialect> SqlExecutionBackend<D> {
             D::quote(&self.inner.tables.executions),
             D::quote(&self.inner.tables.attempts),
         );
-        let (prefix, matcher, params) = match D::ID_IN_TEXT_LIST {
+        let (prefix, matcher, params) = match D::BATCH_PATHS.map(|b| b.id_in_text_list) {
             Some(matcher) => {
                 let list = ids.map(|id| id.to_string()).collect::<Vec<_>>().join(",");
                 (PLAN_PER_CALL, matcher.to_string(), vec![Param::Text(list)])
@@ -153,7 +153,7 @@ impl<D: Dialect> SqlExecutionBackend<D> {
                     Err(err) => results.push(Some(Err(err))),
                 }
             }
-            if let (false, Some(statements)) = (accepted.is_empty(), &self.inner.statements.complete_many) {
+            if let (false, Some(statements), Some(paths)) = (accepted.is_empty(), &self.inner.statements.complete_many, D::BATCH_PATHS) {
                 let n = accepted.len();
                 let writes: Vec<CompletionWrite<'_>> = accepted
                     .iter()
@@ -168,7 +168,7 @@ impl<D: Dialect> SqlExecutionBackend<D> {
                         finished_at: change.finished_at,
                     })
                     .collect();
-                let (changed, finished) = D::complete_many(&mut tx, statements, now, &writes).await.map_err(db::<D>(op))?;
+                let (changed, finished) = (paths.run_complete_many)(&mut tx, statements, now, &writes).await.map_err(db::<D>(op))?;
                 if changed != n as u64 {
                     return Err(ExecutionError::Backend(format!("batched completion updated {changed} of {n} locked rows").into()));
                 }

@@ -12,7 +12,7 @@ impl<D: Dialect> SqlExecutionBackend<D> {
         token: Uuid,
         op: ConnectorOperation,
     ) -> ExecutionResult<bool> {
-        let rows = D::fetch_attempts(
+        let rows = crate::decode::attempts::<D>(
             tx,
             &self.inner.statements.get_running_attempt,
             vec![attempt_id.into(), execution_id.into(), token.into()],
@@ -97,10 +97,10 @@ impl<D: Dialect> SqlExecutionBackend<D> {
     ) -> ExecutionResult<(Vec<ExecutionRow>, Vec<AttemptRow>)> {
         let (lock, execution_ids) = self.over_ids(sql::LOCK_MANY, pairs.clone().map(|p| p.0));
         let (attempts, attempt_ids) = self.over_ids(sql::RUNNING_ATTEMPTS_MANY, pairs.map(|p| p.1));
-        let rows = D::fetch_executions(tx, &lock, execution_ids)
+        let rows = crate::decode::executions::<D>(tx, &lock, execution_ids)
             .await
             .map_err(db::<D>(op))?;
-        let running = D::fetch_attempts(tx, &attempts, attempt_ids)
+        let running = crate::decode::attempts::<D>(tx, &attempts, attempt_ids)
             .await
             .map_err(db::<D>(op))?;
         Ok((rows, running))

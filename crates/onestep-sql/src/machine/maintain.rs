@@ -40,7 +40,7 @@ impl<D: Dialect> SqlExecutionBackend<D> {
                 Some(c) => &c.expire_candidates,
                 None => &s.expire_candidates,
             };
-            D::fetch_candidates(tx, sweep, vec![now.into(), batch.into()])
+            crate::decode::candidates::<D>(tx, sweep, vec![now.into(), batch.into()])
                 .await
                 .map_err(db::<D>(op))?
         } else {
@@ -104,7 +104,7 @@ impl<D: Dialect> SqlExecutionBackend<D> {
         batch: i64,
     ) -> ExecutionResult<()> {
         let op = ConnectorOperation::Fetch;
-        let rows = D::fetch_candidates(tx, candidates, vec![now.into(), batch.into()])
+        let rows = crate::decode::candidates::<D>(tx, candidates, vec![now.into(), batch.into()])
             .await
             .map_err(db::<D>(op))?;
         for (id, version, token) in rows {

@@ -408,7 +408,7 @@ impl<D: Dialect> SqlExecutionBackend<D> {
         params: Vec<Param>,
         op: ConnectorOperation,
     ) -> ExecutionResult<Option<ExecutionRow>> {
-        Ok(D::fetch_executions(tx, sql, params)
+        Ok(crate::decode::executions::<D>(tx, sql, params)
             .await
             .map_err(db::<D>(op))?
             .into_iter()

@@ -53,12 +53,14 @@ impl Statements {
             reclaim: r(sql::RECLAIM),
             finish_attempt_by_token: r(sql::FINISH_ATTEMPT_BY_TOKEN),
             claim_one_task: r(&sql::CLAIM.replace("{tasks}", "= ?")),
-            claim_one_task_in_one_statement: D::CLAIM_IN_ONE_STATEMENT
-                .map(|t| r(&one_statement_claim(t, "= ?"))),
-            rows_by_keys: D::ROWS_BY_KEYS.map(r),
-            insert_many: D::INSERT_MANY.map(r),
-            complete_many: D::COMPLETE_MANY
-                .map(|[executions, attempts]| [r(executions), r(attempts)]),
+            claim_one_task_in_one_statement: D::BATCH_PATHS
+                .map(|b| r(&one_statement_claim(b.claim, "= ?"))),
+            rows_by_keys: D::BATCH_PATHS.map(|b| r(b.rows_by_keys)),
+            insert_many: D::BATCH_PATHS.map(|b| r(b.insert_many)),
+            complete_many: D::BATCH_PATHS.map(|b| {
+                let [executions, attempts] = b.complete_many;
+                [r(executions), r(attempts)]
+            }),
             heartbeat: r(sql::HEARTBEAT),
             heartbeat_attempt: r(sql::HEARTBEAT_ATTEMPT),
             get_running_attempt: r(sql::GET_RUNNING_ATTEMPT),

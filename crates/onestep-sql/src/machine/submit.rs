@@ -127,11 +127,11 @@ impl<D: Dialect> SqlExecutionBackend<D> {
 
     /// Submits a batch in one transaction: existing rows for the batch's keys are read once,
     /// repeated submissions are answered from them (or rejected as conflicts), and every new row
-    /// goes in with multi-row INSERTs (or the dialect's [`Dialect::INSERT_MANY`]). Fails as a
+    /// goes in with multi-row INSERTs (or the dialect's [`BatchPaths::insert_many`](crate::dialect::BatchPaths::insert_many)). Fails as a
     /// whole on a unique violation (a concurrent submit of the same key); the caller then falls
     /// back to one-by-one submits.
     ///
-    /// With `look_up_keys` false (only where the dialect has `INSERT_MANY`, which skips a row
+    /// With `look_up_keys` false (only where the dialect has `BatchPaths::insert_many`, which skips a row
     /// whose key is taken) the keys are not read first: every request is taken for new, which
     /// saves the look-up on a bulk import of new keys. `Ok(None)` (rolled back) when a row was
     /// skipped, that is when a key was taken after all, or in look-up mode, taken by a
@@ -186,7 +186,7 @@ impl<D: Dialect> SqlExecutionBackend<D> {
                             Param::from(task_name.to_string()),
                         ];
                         existing.extend(
-                            D::fetch_executions(&mut tx, by_keys, params)
+                            crate::decode::executions::<D>(&mut tx, by_keys, params)
                                 .await
                                 .map_err(db::<D>(op))?,
                         );
@@ -203,7 +203,7 @@ impl<D: Dialect> SqlExecutionBackend<D> {
                     params.push(Param::from(task_name.to_string()));
                     params.extend(chunk.iter().map(|k| Param::from(k.to_string())));
                     existing.extend(
-                        D::fetch_executions(&mut tx, &sql, params)
+                        crate::decode::executions::<D>(&mut tx, &sql, params)
                             .await
                             .map_err(db::<D>(op))?,
                     );
@@ -272,9 +272,11 @@ impl<D: Dialect> SqlExecutionBackend<D> {
                 ))
             });
             for chunk in ordered.chunks(CHUNK) {
-                if let Some(sql) = &self.inner.statements.insert_many {
+                if let (Some(sql), Some(paths)) =
+                    (&self.inner.statements.insert_many, D::BATCH_PATHS)
+                {
                     let rows: Vec<&ExecutionRow> = chunk.iter().map(|(_, row)| row).collect();
-                    let inserted = D::insert_many(&mut tx, sql, &rows)
+                    let inserted = (paths.run_insert_many)(&mut tx, sql, &rows)
                         .await
                         .map_err(db::<D>(op))?;
                     if inserted != chunk.len() as u64 {

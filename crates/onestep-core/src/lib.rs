@@ -28,6 +28,7 @@
 //! ```
 
 pub mod app;
+pub mod args;
 pub mod catalog;
 pub mod clock;
 pub mod connector;
@@ -44,6 +45,7 @@ pub mod state;
 pub mod task;
 
 pub use app::{AppBuilder, AppHandle, OneStepApp};
+pub use args::TaskArgs;
 pub use connector::{BoxError, ConnectorErrorKind, ConnectorOperation, ConnectorOperationError};
 pub use delivery::Delivery;
 pub use envelope::Envelope;
@@ -58,7 +60,7 @@ pub use source::buffer::EnvelopeBuffer;
 pub use source::cron::CronSource;
 pub use source::interval::IntervalSource;
 pub use source::memory::MemoryQueue;
-pub use source::{Overlap, Resource, Sink, Source};
+pub use source::{IntoSink, IntoSource, Overlap, Resource, Sink, Source};
 pub use state::{CursorStore, InMemoryCursorStore, InMemoryStateStore, StateStore};
 pub use task::{Emit, EmitBinding, EmitRoute, Task, TaskContext};
 

@@ -146,3 +146,53 @@ pub trait Sink: Resource {
         self.send(Envelope::new(body).with_meta(meta)).await
     }
 }
+
+/// What [`Task::source`](crate::Task::source) accepts: a source by value, or one already
+/// shared (`Arc<S>`, `Arc<dyn Source>`).
+pub trait IntoSource {
+    /// The source, shared.
+    fn into_source(self) -> std::sync::Arc<dyn Source>;
+}
+
+impl<S: Source + 'static> IntoSource for S {
+    fn into_source(self) -> std::sync::Arc<dyn Source> {
+        std::sync::Arc::new(self)
+    }
+}
+
+impl<S: Source + 'static> IntoSource for std::sync::Arc<S> {
+    fn into_source(self) -> std::sync::Arc<dyn Source> {
+        self
+    }
+}
+
+impl IntoSource for std::sync::Arc<dyn Source> {
+    fn into_source(self) -> std::sync::Arc<dyn Source> {
+        self
+    }
+}
+
+/// What [`Task::emit`](crate::Task::emit) and [`Task::dead_letter`](crate::Task::dead_letter)
+/// accept as a sink: one by value, or one already shared (`Arc<S>`, `Arc<dyn Sink>`).
+pub trait IntoSink {
+    /// The sink, shared.
+    fn into_sink(self) -> std::sync::Arc<dyn Sink>;
+}
+
+impl<S: Sink + 'static> IntoSink for S {
+    fn into_sink(self) -> std::sync::Arc<dyn Sink> {
+        std::sync::Arc::new(self)
+    }
+}
+
+impl<S: Sink + 'static> IntoSink for std::sync::Arc<S> {
+    fn into_sink(self) -> std::sync::Arc<dyn Sink> {
+        self
+    }
+}
+
+impl IntoSink for std::sync::Arc<dyn Sink> {
+    fn into_sink(self) -> std::sync::Arc<dyn Sink> {
+        self
+    }
+}

@@ -10,11 +10,13 @@ use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
+use crate::args::TaskArgs;
 use crate::envelope::Envelope;
 use crate::error::{Error, Result};
+use crate::execution::ExecutionInfo;
 use crate::failure::{FailureInfo, TaskError};
 use crate::retry::{NoRetry, RetryPolicy};
-use crate::source::{Sink, Source};
+use crate::source::{IntoSink, IntoSource, Sink, Source};
 use crate::state::ScopedState;
 
 /// A boxed, sendable future.
@@ -44,6 +46,7 @@ pub struct TaskContext {
     pub(crate) cancellation: CancellationToken,
     pub(crate) state: ScopedState,
     pub(crate) sinks: Arc<[Arc<dyn Sink>]>,
+    pub(crate) execution: Option<ExecutionInfo>,
 }
 
 impl TaskContext {
@@ -87,6 +90,12 @@ impl TaskContext {
     /// dropped shortly after.
     pub fn cancellation(&self) -> &CancellationToken {
         &self.cancellation
+    }
+
+    /// The tracked execution this attempt runs (its id, attempt number, lease deadline and
+    /// cancel state), `None` for a delivery of any other source.
+    pub fn execution(&self) -> Option<&ExecutionInfo> {
+        self.execution.as_ref()
     }
 
     /// State scoped to this task (`"<app>:<task>"`).
@@ -210,9 +219,9 @@ impl Emit {
     }
 }
 
-impl From<Arc<dyn Sink>> for Emit {
-    fn from(sink: Arc<dyn Sink>) -> Self {
-        Self::Binding(EmitBinding::new(sink))
+impl<S: IntoSink> From<S> for Emit {
+    fn from(sink: S) -> Self {
+        Self::Binding(EmitBinding::new(sink.into_sink()))
     }
 }
 
@@ -306,9 +315,42 @@ impl Task {
         self
     }
 
-    /// Where deliveries come from. A task without a source runs only when called directly.
-    pub fn source(mut self, source: Arc<dyn Source>) -> Self {
-        self.source = Some(source);
+    /// The task for handler `F` of [`TaskArgs`] `A`: named `A::TASK_NAME`, its input `A`, its
+    /// output `A::Output`, so it cannot disagree with what
+    /// [`submit_args`](crate::execution::ExecutionClient::submit_args) sends.
+    ///
+    /// ```
+    /// use onestep_core::{Task, TaskArgs, TaskContext, TaskError};
+    /// use serde::{Deserialize, Serialize};
+    ///
+    /// #[derive(Serialize, Deserialize)]
+    /// struct Resize { url: String, width: u32 }
+    ///
+    /// impl TaskArgs for Resize {
+    ///     const TASK_NAME: &'static str = "resize";
+    ///     type Output = String;
+    /// }
+    ///
+    /// async fn resize(_ctx: TaskContext, job: Resize) -> Result<String, TaskError> {
+    ///     Ok(format!("{} at {}px", job.url, job.width))
+    /// }
+    ///
+    /// assert_eq!(Task::of(resize).name(), "resize");
+    /// ```
+    pub fn of<A, E, F, Fut>(handler: F) -> Self
+    where
+        A: TaskArgs,
+        E: Into<TaskError> + Send + 'static,
+        F: Fn(TaskContext, A) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = std::result::Result<A::Output, E>> + Send + 'static,
+    {
+        Self::new(A::TASK_NAME).handler(handler)
+    }
+
+    /// Where deliveries come from: a source by value, or one already shared (an `Arc`). A task
+    /// without a source runs only when called directly.
+    pub fn source(mut self, source: impl IntoSource) -> Self {
+        self.source = Some(source.into_source());
         self
     }
 
@@ -320,8 +362,8 @@ impl Task {
     }
 
     /// Adds a dead-letter sink: failed deliveries are published there before failing.
-    pub fn dead_letter(mut self, sink: Arc<dyn Sink>) -> Self {
-        self.dead_letter.push(sink);
+    pub fn dead_letter(mut self, sink: impl IntoSink) -> Self {
+        self.dead_letter.push(sink.into_sink());
         self
     }
 

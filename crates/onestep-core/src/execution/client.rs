@@ -7,12 +7,14 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use uuid::Uuid;
 
-use super::backend::ExecutionBackend;
+use super::backend::{ExecutionBackend, LeasedExecutionBackend};
 use super::error::{ExecutionError, ExecutionResult};
 use super::record::{
     Execution, ExecutionPage, ExecutionQuery, ExecutionRequest, SubmitOptions, name,
 };
+use super::source::{ExecutionSource, ExecutionSourceOptions};
 use super::status::ExecutionStatus;
+use crate::args::TaskArgs;
 
 /// Submits and inspects executions in one namespace.
 ///
@@ -107,6 +109,16 @@ impl<B: ExecutionBackend> ExecutionClient<B> {
         self.backend.submit(request).await
     }
 
+    /// Submits `args` under [`A::TASK_NAME`](TaskArgs::TASK_NAME), the name the worker's
+    /// [`Task::of`](crate::Task::of) handles.
+    pub async fn submit_args<A: TaskArgs>(
+        &self,
+        args: &A,
+        options: SubmitOptions,
+    ) -> ExecutionResult<Execution> {
+        self.submit(A::TASK_NAME, args, options).await
+    }
+
     /// Submits a batch; each item succeeds or fails on its own. Validation errors of any item are
     /// returned before anything is sent.
     pub async fn submit_many<P: Serialize>(
@@ -191,6 +203,11 @@ impl<B: ExecutionBackend> ExecutionClient<B> {
         })
     }
 
+    /// The result of a succeeded execution of `A`, as `A::Output`; as [`result`](Self::result).
+    pub async fn output<A: TaskArgs>(&self, id: Uuid) -> ExecutionResult<A::Output> {
+        self.result::<A::Output>(id).await
+    }
+
     /// Waits until the execution is terminal or `timeout` passes, polling with the
     /// [`WaitBackoff`] schedule (or waking on the backend's change notifications). Returns the
     /// terminal snapshot; NotReady with the latest snapshot on timeout.
@@ -251,4 +268,17 @@ pub fn normalize_reason(reason: Option<&str>) -> ExecutionResult<Option<String>>
         ));
     }
     Ok(Some(reason.to_string()))
+}
+
+impl<B: LeasedExecutionBackend + Clone + 'static> ExecutionClient<B> {
+    /// A worker source over this client's backend (so the two share one pool).
+    pub fn source(&self, options: ExecutionSourceOptions) -> crate::Result<ExecutionSource<B>> {
+        ExecutionSource::new(self.backend.clone(), options)
+    }
+
+    /// A worker source for the executions of `A` in this client's namespace, with default
+    /// options, over this client's backend.
+    pub fn source_for<A: TaskArgs>(&self) -> crate::Result<ExecutionSource<B>> {
+        self.source(ExecutionSourceOptions::new(&self.namespace, A::TASK_NAME))
+    }
 }

@@ -37,5 +37,5 @@ pub use record::{
     Execution, ExecutionCompletion, ExecutionErrorDetail, ExecutionLease, ExecutionLimits,
     ExecutionPage, ExecutionQuery, ExecutionRequest, HeartbeatResult, SubmitOptions,
 };
-pub use source::{ExecutionSource, ExecutionSourceOptions, ManagedDelivery};
+pub use source::{ExecutionInfo, ExecutionSource, ExecutionSourceOptions, ManagedDelivery};
 pub use status::{AttemptStatus, ExecutionStatus, ParseStatusError};

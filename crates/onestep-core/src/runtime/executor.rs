@@ -89,7 +89,8 @@ pub(crate) async fn execute(
     let started = Instant::now();
     let envelope = Arc::new(delivery.envelope().clone());
     let attempt = cancel.child_token();
-    let ctx = rt.context(envelope.clone(), attempt.clone());
+    let execution = delivery.as_managed().map(|m| m.info());
+    let ctx = rt.context(envelope.clone(), attempt.clone(), execution);
     let stage = StageCell::new();
     let managed_cancel = delivery.as_managed().map(|m| m.cancellation());
 

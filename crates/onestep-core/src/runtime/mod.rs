@@ -62,6 +62,7 @@ impl TaskRuntime {
         &self,
         envelope: Arc<Envelope>,
         cancellation: CancellationToken,
+        execution: Option<crate::execution::ExecutionInfo>,
     ) -> TaskContext {
         TaskContext {
             app_name: self.app_name.clone(),
@@ -75,6 +76,7 @@ impl TaskRuntime {
                 format!("{}:{}", self.app_name, self.task_name),
             ),
             sinks: self.sinks.clone(),
+            execution,
         }
     }
 

@@ -128,6 +128,15 @@ impl<B: LeasedExecutionBackend + Clone + 'static> ManagedDelivery for ExecutionD
         self.lease.cancel.clone()
     }
 
+    fn info(&self) -> ExecutionInfo {
+        ExecutionInfo {
+            id: self.execution_id,
+            attempt_id: self.attempt_id,
+            attempt: self.envelope.attempts.saturating_add(1),
+            lease: self.lease.clone(),
+        }
+    }
+
     async fn validate_execution_result(&self, result: &Value) -> ExecutionResult<()> {
         self.backend.validate_result(result)
     }

@@ -47,6 +47,8 @@ pub trait ManagedDelivery: Send + Sync {
     fn cancel_requested(&self) -> bool;
     /// Fires when the handler must stop: a cancel request or a lost lease.
     fn cancellation(&self) -> CancellationToken;
+    /// What the handler sees of the execution ([`TaskContext::execution`](crate::TaskContext::execution)).
+    fn info(&self) -> ExecutionInfo;
     /// Checks the result can be stored, before anything is emitted (stage `result_validation`).
     async fn validate_execution_result(&self, result: &Value) -> ExecutionResult<()>;
     /// Ends the attempt; a second call returns the first outcome without writing.
@@ -58,11 +60,13 @@ pub trait ManagedDelivery: Send + Sync {
 
 mod completer;
 mod delivery;
+mod info;
 mod options;
 mod renewer;
 
 use completer::*;
 use delivery::*;
+pub use info::ExecutionInfo;
 pub use options::ExecutionSourceOptions;
 use renewer::*;
 

@@ -147,11 +147,9 @@ tasks:
     );
 
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let options = BackendOptions {
-        table: table.clone(),
-        attempts_table: attempts.clone(),
-        ..BackendOptions::default()
-    };
+    let options = BackendOptions::default()
+        .with_table(table.clone())
+        .with_attempts_table(attempts.clone());
     let client = ExecutionClient::new(
         PostgresExecutionBackend::new(&url, options).unwrap(),
         &namespace,

@@ -86,12 +86,10 @@ impl Store {
     }
 
     fn backend<D: Dialect>(&self) -> SqlExecutionBackend<D> {
-        let options = BackendOptions {
-            table: self.table.clone(),
-            attempts_table: self.attempts.clone(),
-            auto_create: false,
-            ..BackendOptions::default()
-        };
+        let options = BackendOptions::default()
+            .with_table(self.table.clone())
+            .with_attempts_table(self.attempts.clone())
+            .with_auto_create(false);
         SqlExecutionBackend::<D>::new(&self.dsn, options).unwrap()
     }
 

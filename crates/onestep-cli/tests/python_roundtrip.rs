@@ -131,12 +131,10 @@ impl Case {
     }
 
     fn options(&self) -> BackendOptions {
-        BackendOptions {
-            table: self.table.clone(),
-            attempts_table: self.attempts_table.clone(),
-            auto_create: false,
-            ..BackendOptions::default()
-        }
+        BackendOptions::default()
+            .with_table(self.table.clone())
+            .with_attempts_table(self.attempts_table.clone())
+            .with_auto_create(false)
     }
 
     /// `onestep run` with `onestep:echo` on this case's tables.
@@ -318,11 +316,9 @@ async fn roundtrip<D: Dialect>(db: Db) {
     for (index, id) in ids.iter().enumerate() {
         let id = id.parse().unwrap();
         let read = client.get(id).await.unwrap().unwrap();
-        let options = SubmitOptions {
-            idempotency_key: Some(format!("p-{index}")),
-            metadata: read.metadata.clone(),
-            ..SubmitOptions::default()
-        };
+        let options = SubmitOptions::default()
+            .idempotency_key(format!("p-{index}"))
+            .metadata(read.metadata.clone());
         rust.push(match client.submit(TASK, &read.payload, options).await {
             Ok(again) if again.id == id => "same".to_owned(),
             Ok(again) => format!("other {}", again.id),

@@ -73,7 +73,7 @@ async fn a_typed_submit_is_handled_by_its_typed_task_and_read_back_typed() {
         }
     };
     let mut options = ExecutionSourceOptions::new("images", Resize::TASK_NAME);
-    options.poll_interval_s = 0.02;
+    options.poll_interval = Duration::from_millis(20);
     let app = OneStepApp::builder("worker")
         .task(
             Task::of(handler)

@@ -117,11 +117,9 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 
 async fn run<D: Dialect>(a: Args) -> Result<serde_json::Value, BoxError> {
     let suffix = uuid::Uuid::new_v4().simple().to_string()[..8].to_string();
-    let options = BackendOptions {
-        table: format!("httpbench{suffix}_executions"),
-        attempts_table: format!("httpbench{suffix}_attempts"),
-        ..BackendOptions::default()
-    };
+    let options = BackendOptions::default()
+        .with_table(format!("httpbench{suffix}_executions"))
+        .with_attempts_table(format!("httpbench{suffix}_attempts"));
     let mut serve = Command::new(&a.onestep)
         .args(["serve", "--dsn", &a.dsn, "--namespace", "bench"])
         .args([

@@ -455,12 +455,11 @@ async fn submit<B: ExecutionBackend + Clone + 'static>(
             ));
         }
     };
-    let options = SubmitOptions {
-        idempotency_key: Some(key),
-        metadata,
-        delay_s,
-        expires_at,
-    };
+    let mut options = SubmitOptions::default()
+        .idempotency_key(key)
+        .metadata(metadata);
+    options.delay_s = delay_s;
+    options.expires_at = expires_at;
     let execution = s.client.submit(&task, &payload, options).await?;
     Ok((StatusCode::ACCEPTED, axum::Json(execution_view(&execution))).into_response())
 }

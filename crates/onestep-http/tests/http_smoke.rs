@@ -19,15 +19,13 @@ const NS: &str = "smoke";
 
 fn options() -> BackendOptions {
     let suffix = uuid::Uuid::new_v4().simple().to_string()[..10].to_string();
-    BackendOptions {
-        table: format!("http{suffix}_executions"),
-        attempts_table: format!("http{suffix}_attempts"),
-        limits: ExecutionLimits {
+    BackendOptions::default()
+        .with_table(format!("http{suffix}_executions"))
+        .with_attempts_table(format!("http{suffix}_attempts"))
+        .with_limits(ExecutionLimits {
             max_result_bytes: 1024,
             ..ExecutionLimits::default()
-        },
-        ..BackendOptions::default()
-    }
+        })
 }
 
 /// The API on a free port; returns its address.
@@ -64,9 +62,9 @@ fn source<B: LeasedExecutionBackend + Clone + 'static>(
     task: &str,
 ) -> Arc<ExecutionSource<B>> {
     let mut o = ExecutionSourceOptions::new(NS, task);
-    o.poll_interval_s = 0.05;
-    o.lease_duration_s = 3.0;
-    o.heartbeat_interval_s = 0.2;
+    o.poll_interval = Duration::from_millis(50);
+    o.lease_duration = Duration::from_secs(3);
+    o.heartbeat_interval = Duration::from_millis(200);
     Arc::new(ExecutionSource::new(b.clone(), o).unwrap())
 }
 

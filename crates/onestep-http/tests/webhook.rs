@@ -21,7 +21,7 @@ use tokio::task::JoinHandle;
 fn options(path: &str) -> WebhookOptions {
     let mut o = WebhookOptions::new(path);
     o.port = 0;
-    o.poll_interval_s = 0.02;
+    o.poll_interval = Duration::from_millis(20);
     o
 }
 
@@ -791,12 +791,12 @@ fn invalid_options_fail_at_construction_with_the_field_named() {
             "batch_size must be >= 1, got 0",
         ),
         (
-            Box::new(|o| o.poll_interval_s = 0.0),
-            "poll_interval_s must be a number > 0 and <= 86400, got 0",
+            Box::new(|o| o.poll_interval = Duration::ZERO),
+            "poll_interval must be longer than 0 s and at most 86400 s, got 0 s",
         ),
         (
-            Box::new(|o| o.read_timeout_s = f64::NAN),
-            "read_timeout_s must be a number > 0 and <= 86400, got NaN",
+            Box::new(|o| o.read_timeout = Duration::from_secs(86_401)),
+            "read_timeout must be longer than 0 s and at most 86400 s, got 86401 s",
         ),
         (
             Box::new(|o| o.auth = Some(BearerAuth::new(""))),
@@ -863,12 +863,18 @@ fn defaults_follow_the_reference_and_paths_are_normalised() {
     assert_eq!(
         (
             o.max_body_bytes,
-            o.read_timeout_s,
+            o.read_timeout,
             o.queue_maxsize,
             o.batch_size,
-            o.poll_interval_s
+            o.poll_interval
         ),
-        (1024 * 1024, 5.0, 1000, 100, 0.1)
+        (
+            1024 * 1024,
+            Duration::from_secs(5),
+            1000,
+            100,
+            Duration::from_millis(100)
+        )
     );
     assert_eq!(o.response, WebhookResponse::default());
     assert_eq!(

@@ -47,9 +47,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .await?;
 
     let mut options = ExecutionSourceOptions::new(&namespace, "square");
-    options.poll_interval_s = 0.2;
-    options.heartbeat_interval_s = 0.5;
-    options.lease_duration_s = 5.0;
+    options.poll_interval = Duration::from_millis(200);
+    options.heartbeat_interval = Duration::from_millis(500);
+    options.lease_duration = Duration::from_secs(5);
     let source = execution_source(&dsn, BackendOptions::default(), options)?;
     let app = OneStepApp::builder("square-worker")
         .task(

@@ -210,11 +210,9 @@ async fn settle(dsn: &str, options: &BackendOptions) -> Result<(), Box<dyn std::
 
 async fn run<D: Dialect>(a: Args) -> Result<Value, Box<dyn std::error::Error>> {
     let suffix = uuid::Uuid::new_v4().simple().to_string()[..8].to_string();
-    let options = BackendOptions {
-        table: format!("bench{suffix}_executions"),
-        attempts_table: format!("bench{suffix}_attempts"),
-        ..BackendOptions::default()
-    };
+    let options = BackendOptions::default()
+        .with_table(format!("bench{suffix}_executions"))
+        .with_attempts_table(format!("bench{suffix}_attempts"));
     let backend = SqlExecutionBackend::<D>::new(&a.dsn, options.clone())?;
     backend.open().await?;
     let ns = "bench";
@@ -240,9 +238,9 @@ async fn run<D: Dialect>(a: Args) -> Result<Value, Box<dyn std::error::Error>> {
     let mut o = ExecutionSourceOptions::new(ns, "noop");
     o.batch_size = a.batch;
     o.prefetch = a.prefetch;
-    o.poll_interval_s = 0.05;
-    o.lease_duration_s = 60.0;
-    o.heartbeat_interval_s = 20.0;
+    o.poll_interval = Duration::from_millis(50);
+    o.lease_duration = Duration::from_secs(60);
+    o.heartbeat_interval = Duration::from_secs(20);
     let source = Arc::new(ExecutionSource::new(backend.clone(), o)?);
     // Progress is counted in the handler, not read from the table: any table-wide status count
     // would also walk the history, and measure that instead of the drain.

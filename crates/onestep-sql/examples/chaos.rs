@@ -22,7 +22,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use onestep_core::clock::{Clock, SharedClock};
+use onestep_core::clock::Clock;
 use onestep_core::execution::stored::RESERVED_METADATA_KEY;
 use onestep_core::execution::{
     ExecutionBackend, ExecutionRequest, ExecutionSource, ExecutionSourceOptions, SubmitOptions,
@@ -132,13 +132,11 @@ impl Clock for SkewedClock {
 }
 
 fn backend_options(a: &Args) -> BackendOptions {
-    let clock: Option<SharedClock> = (a.skew_ms != 0)
-        .then(|| Arc::new(SkewedClock(time::Duration::milliseconds(a.skew_ms))) as SharedClock);
-    BackendOptions {
-        table: a.table.clone(),
-        attempts_table: format!("{}_attempts", a.table),
-        clock,
-        ..BackendOptions::default()
+    let options =
+        BackendOptions::default().with_tables(a.table.clone(), format!("{}_attempts", a.table));
+    match a.skew_ms {
+        0 => options,
+        skew => options.with_clock(Arc::new(SkewedClock(time::Duration::milliseconds(skew)))),
     }
 }
 
@@ -233,9 +231,9 @@ async fn work<D: Dialect>(a: &Args) -> Result<Value, BoxError> {
     let t = Arc::new(tables::<D>(a));
     let mut o = ExecutionSourceOptions::new(NAMESPACE, TASK);
     o.batch_size = a.concurrency.max(1);
-    o.poll_interval_s = 0.05;
-    o.lease_duration_s = a.lease_s;
-    o.heartbeat_interval_s = a.heartbeat_s;
+    o.poll_interval = Duration::from_millis(50);
+    o.lease_duration = Duration::from_secs_f64(a.lease_s);
+    o.heartbeat_interval = Duration::from_secs_f64(a.heartbeat_s);
     let source = Arc::new(ExecutionSource::new(backend.clone(), o)?);
     let work = Duration::from_millis(a.work_ms);
     let insert = format!(

@@ -98,9 +98,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     // The worker side: claim under a lease, heartbeat, retry, store results.
     let mut options = ExecutionSourceOptions::new(&namespace, "report");
-    options.poll_interval_s = 0.1;
-    options.lease_duration_s = 3.0;
-    options.heartbeat_interval_s = 0.5;
+    options.poll_interval = Duration::from_millis(100);
+    options.lease_duration = Duration::from_secs(3);
+    options.heartbeat_interval = Duration::from_millis(500);
     let retry = ExponentialBackoff::new(
         3,
         Duration::from_millis(200),

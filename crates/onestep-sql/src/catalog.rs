@@ -258,13 +258,17 @@ where
         if let Some(n) = f.opt_count("prefetch", 0) {
             source.prefetch = n;
         }
-        let lease = f.opt_number("lease_duration_s", false);
-        let beat = f.opt_number("heartbeat_interval_s", false);
-        source.poll_interval_s = f
-            .opt_number("poll_interval_s", false)
-            .unwrap_or(source.poll_interval_s);
-        source.lease_duration_s = lease.unwrap_or(source.lease_duration_s);
-        source.heartbeat_interval_s = beat.unwrap_or(source.heartbeat_interval_s);
+        let seconds =
+            |f: &mut Fields<'_>, key: &str| f.opt_number(key, false).map(Duration::from_secs_f64);
+        if let Some(d) = seconds(f, "lease_duration_s") {
+            source.lease_duration = d;
+        }
+        if let Some(d) = seconds(f, "heartbeat_interval_s") {
+            source.heartbeat_interval = d;
+        }
+        if let Some(d) = seconds(f, "poll_interval_s") {
+            source.poll_interval = d;
+        }
         if let Some(worker) = f.opt_string("worker_id") {
             source.worker_id = worker;
         }
@@ -296,7 +300,10 @@ where
                 *limit = n;
             }
         }
-        let (lease_s, beat_s) = (source.lease_duration_s, source.heartbeat_interval_s);
+        let (lease_s, beat_s) = (
+            source.lease_duration.as_secs_f64(),
+            source.heartbeat_interval.as_secs_f64(),
+        );
         if beat_s > lease_s / 3.0 * (1.0 + 1e-9) {
             f.problem(
                 "heartbeat_interval_s",

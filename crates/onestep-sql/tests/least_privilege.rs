@@ -103,14 +103,12 @@ async fn guarded(fixture: &Fixture, body: impl Future<Output = ()> + Send + 'sta
 
 /// Backend options for the fixture's tables: no DDL, maintenance on every claim.
 fn runtime_options(fx: &Fixture) -> BackendOptions {
-    BackendOptions {
-        table: fx.executions.clone(),
-        attempts_table: fx.attempts.clone(),
-        auto_create: false,
-        maintenance_interval: Duration::ZERO,
-        expiry_sweep_interval: Duration::ZERO,
-        ..BackendOptions::default()
-    }
+    BackendOptions::default()
+        .with_table(fx.executions.clone())
+        .with_attempts_table(fx.attempts.clone())
+        .with_auto_create(false)
+        .with_maintenance_interval(Duration::ZERO)
+        .with_expiry_sweep_interval(Duration::ZERO)
 }
 
 async fn claim_one<D: Dialect>(
@@ -425,7 +423,7 @@ async fn run_worker<D: Dialect>(
     id: uuid::Uuid,
 ) {
     let mut options = ExecutionSourceOptions::new(NS, "work");
-    options.poll_interval_s = 0.1;
+    options.poll_interval = Duration::from_millis(100);
     let source = ExecutionSource::new(backend, options).unwrap();
     let app = OneStepApp::builder("least-privilege")
         .task(Task::new("work").source(Arc::new(source)).handler(
@@ -449,10 +447,7 @@ async fn run_worker<D: Dialect>(
 async fn role_failure_modes<D: Dialect>(fx: &Fixture, shown: &mut Shown) {
     let dsn = fx.runtime_dsn(PASSWORD);
     // DDL: auto_create with the runtime role is refused, naming the table and the permission.
-    let creating = BackendOptions {
-        auto_create: true,
-        ..runtime_options(fx)
-    };
+    let creating = runtime_options(fx).with_auto_create(true);
     let b = SqlExecutionBackend::<D>::new(&dsn, creating).unwrap();
     let err = b
         .open()
@@ -707,10 +702,7 @@ async fn connection_failures<D: Dialect>(fx: &Fixture, shown: &mut Shown) {
 
     // Connected, but no right to create tables.
     let dsn = fx.runtime_dsn(PASSWORD);
-    let creating = BackendOptions {
-        auto_create: true,
-        ..runtime_options(fx)
-    };
+    let creating = runtime_options(fx).with_auto_create(true);
     let b = SqlExecutionBackend::<D>::new(&dsn, creating).unwrap();
     let err = b.open().await.expect_err("the runtime role cannot create");
     shut(&b).await;
@@ -720,7 +712,7 @@ async fn connection_failures<D: Dialect>(fx: &Fixture, shown: &mut Shown) {
 /// Runs a worker on `dsn` for a while; what it returns and logs is recorded (logs by the capture).
 async fn run_failing_worker<D: Dialect>(fx: &Fixture, shown: &mut Shown, label: &str, dsn: &str) {
     let mut options = ExecutionSourceOptions::new(NS, "t");
-    options.poll_interval_s = 0.1;
+    options.poll_interval = Duration::from_millis(100);
     let b = SqlExecutionBackend::<D>::new(dsn, runtime_options(fx)).unwrap();
     let source = ExecutionSource::new(b.clone(), options).unwrap();
     let app = OneStepApp::builder("least-privilege-failing")

@@ -10,7 +10,6 @@ use onestep_core::clock::ManualClock;
 use onestep_core::execution::{
     ExecutionBackend, ExecutionRequest, LeasedExecutionBackend, SubmitOptions,
 };
-use onestep_sql::BackendOptions;
 use onestep_sql::mysql::{MySql, MySqlExecutionBackend};
 use sqlx::Row;
 use support::live;
@@ -110,10 +109,7 @@ async fn sessions_are_utc_and_read_committed() {
 #[tokio::test]
 async fn datetime_columns_keep_microseconds() {
     let clock = ManualClock::new(datetime!(2026-03-01 10:00:00.7 UTC));
-    let options = BackendOptions {
-        clock: Some(Arc::new(clock.clone())),
-        ..live::fresh_options()
-    };
+    let options = live::fresh_options().with_clock(Arc::new(clock.clone()));
     let b = MySqlExecutionBackend::new(&support::mysql_url(), options).unwrap();
     let e = b
         .submit(request("precise", SubmitOptions::default()))
@@ -339,14 +335,7 @@ async fn the_claim_uses_the_generated_claim_column_and_tables_without_it_still_w
     .execute(&pool)
     .await
     .unwrap();
-    let plain = MySqlExecutionBackend::new(
-        &url,
-        BackendOptions {
-            auto_create: false,
-            ..options.clone()
-        },
-    )
-    .unwrap();
+    let plain = MySqlExecutionBackend::new(&url, options.clone().with_auto_create(false)).unwrap();
     plain.open().await.unwrap();
     assert!(plain.claim_sql(1).contains("e.task_name = ?"));
     let again = plain

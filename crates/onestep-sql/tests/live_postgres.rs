@@ -82,7 +82,7 @@ async fn a_submit_wakes_an_idle_worker_of_another_backend() {
     let worker_backend = PostgresExecutionBackend::new(&url, options).unwrap();
     api.open().await.unwrap();
     let mut o = ExecutionSourceOptions::new("live", "notify");
-    o.poll_interval_s = 10.0;
+    o.poll_interval = Duration::from_secs(10);
     let source = ExecutionSource::new(worker_backend, o).unwrap();
     let app = OneStepApp::builder("notified")
         .task(
@@ -144,10 +144,7 @@ async fn sessions_run_without_jit() {
 #[tokio::test]
 async fn a_claim_on_database_time_stores_the_lease_it_returns() {
     let url = support::postgres_url();
-    let options = onestep_sql::BackendOptions {
-        maintenance_interval: Duration::from_secs(3600),
-        ..live::fresh_options()
-    };
+    let options = live::fresh_options().with_maintenance_interval(Duration::from_secs(3600));
     let b = PostgresExecutionBackend::new(&url, options).unwrap();
     assert!(b.claim_in_one_statement_sql(1).is_some());
     for n in 0..3 {
@@ -241,8 +238,8 @@ async fn a_locked_row_holds_up_only_its_own_lease_renewal() {
         ids.push(b.submit(r).await.unwrap().id);
     }
     let mut o = ExecutionSourceOptions::new("live", "stuck");
-    o.lease_duration_s = 1.2;
-    o.heartbeat_interval_s = 0.3;
+    o.lease_duration = Duration::from_millis(1200);
+    o.heartbeat_interval = Duration::from_millis(300);
     o.batch_size = 3;
     let source = ExecutionSource::new(b.clone(), o).unwrap();
     let mut deliveries = source.fetch(3).await.unwrap();

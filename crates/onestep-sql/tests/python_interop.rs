@@ -244,10 +244,7 @@ impl<D: Db> Case<D> {
     }
 
     fn backend(&self, auto_create: bool) -> SqlExecutionBackend<D> {
-        let options = BackendOptions {
-            auto_create,
-            ..self.options.clone()
-        };
+        let options = self.options.clone().with_auto_create(auto_create);
         SqlExecutionBackend::<D>::new(&self.url, options).unwrap()
     }
 
@@ -401,9 +398,9 @@ struct RustWorker {
 impl RustWorker {
     fn start<D: Db>(case: &Case<D>, task: &str, auto_create: bool) -> Self {
         let mut options = ExecutionSourceOptions::new(NS, task);
-        options.poll_interval_s = 0.05;
-        options.lease_duration_s = 3.0;
-        options.heartbeat_interval_s = 0.2;
+        options.poll_interval = Duration::from_millis(50);
+        options.lease_duration = Duration::from_secs(3);
+        options.heartbeat_interval = Duration::from_millis(200);
         options.worker_id = "rust-interop-worker".into();
         let source = ExecutionSource::new(case.backend(auto_create), options).unwrap();
         let seen = Arc::new(Mutex::new(Vec::new()));
@@ -644,12 +641,11 @@ fn idempotent_metadata() -> Value {
 const EXPIRES_AT: &str = "2031-02-03T04:05:06.789+08:00";
 
 fn rust_idempotent_options(key: &str) -> SubmitOptions {
-    SubmitOptions {
-        idempotency_key: Some(key.into()),
-        metadata: object(idempotent_metadata()),
-        delay_s: Some(30.0),
-        expires_at: Some(datetime!(2031-02-03 04:05:06.789 +08:00)),
-    }
+    SubmitOptions::default()
+        .idempotency_key(key)
+        .metadata(object(idempotent_metadata()))
+        .delay_secs(30.0)
+        .expires_at(datetime!(2031-02-03 04:05:06.789 +08:00))
 }
 
 fn python_idempotent_args(key: &str, expires_at: &str) -> Value {
@@ -765,10 +761,8 @@ async fn idempotency_keys_are_shared<D: Db>() {
     // The same instant in another offset is a different submission (the digest hashes the
     // offset), on either side.
     let utc = rust_idempotent_options("python-first");
-    let utc = SubmitOptions {
-        expires_at: utc.expires_at.map(|t| t.to_offset(time::UtcOffset::UTC)),
-        ..utc
-    };
+    let mut utc = utc;
+    utc.expires_at = utc.expires_at.map(|t| t.to_offset(time::UtcOffset::UTC));
     match client.submit("idem", &idempotent_payload(1), utc).await {
         Err(ExecutionError::Conflict(_)) => {}
         other => panic!("expected Conflict for another offset, got {other:?}"),

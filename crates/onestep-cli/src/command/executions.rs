@@ -195,12 +195,10 @@ fn table(e: &[Execution]) -> String {
 }
 
 async fn run<D: Dialect>(args: &ExecutionsArgs, dsn: &str) -> anyhow::Result<(String, u8)> {
-    let options = BackendOptions {
-        table: args.table.clone(),
-        attempts_table: args.attempts_table.clone(),
-        auto_create: false,
-        ..BackendOptions::default()
-    };
+    let options = BackendOptions::default()
+        .with_table(args.table.clone())
+        .with_attempts_table(args.attempts_table.clone())
+        .with_auto_create(false);
     let backend = SqlExecutionBackend::<D>::new(dsn, options)?;
     let namespace = || {
         args.namespace
@@ -227,12 +225,9 @@ async fn run<D: Dialect>(args: &ExecutionsArgs, dsn: &str) -> anyhow::Result<(St
                     _ => anyhow::bail!("--metadata must be a JSON object"),
                 },
             };
-            let options = SubmitOptions {
-                idempotency_key: key.clone(),
-                metadata,
-                delay_s: *delay_s,
-                expires_at: None,
-            };
+            let mut options = SubmitOptions::default().metadata(metadata);
+            options.idempotency_key = key.clone();
+            options.delay_s = *delay_s;
             let e = client()?.submit(task, &payload, options).await?;
             if json {
                 (serde_json::to_string_pretty(&view(&e))?, 0)

@@ -20,11 +20,11 @@ pub struct InitDbArgs {
 }
 
 async fn init<D: Dialect>(args: &InitDbArgs) -> anyhow::Result<String> {
-    let options = |auto_create| BackendOptions {
-        table: args.table.clone(),
-        attempts_table: args.attempts_table.clone(),
-        auto_create,
-        ..BackendOptions::default()
+    let options = |auto_create| {
+        BackendOptions::default()
+            .with_table(args.table.clone())
+            .with_attempts_table(args.attempts_table.clone())
+            .with_auto_create(auto_create)
     };
     let check = SqlExecutionBackend::<D>::new(&args.dsn, options(false))?;
     let existed = check.open().await.is_ok();

@@ -71,9 +71,9 @@ async fn sleep(ctx: TaskContext, input: Value) -> Result<Value, TaskError> {
 fn worker(backend: &SqliteExecutionBackend, retry_delay: Duration) -> anyhow::Result<OneStepApp> {
     let source = |task: &str| -> anyhow::Result<Arc<ExecutionSource<SqliteExecutionBackend>>> {
         let mut o = ExecutionSourceOptions::new(NAMESPACE, task);
-        o.poll_interval_s = 0.1;
-        o.lease_duration_s = 15.0;
-        o.heartbeat_interval_s = 0.25;
+        o.poll_interval = Duration::from_millis(100);
+        o.lease_duration = Duration::from_secs(15);
+        o.heartbeat_interval = Duration::from_millis(250);
         o.worker_id = "quickstart-worker".into();
         Ok(Arc::new(ExecutionSource::new(backend.clone(), o)?))
     };

@@ -64,12 +64,10 @@ fn positive_seconds(text: &str) -> Result<std::time::Duration, String> {
 }
 
 async fn serve<D: Dialect>(args: &ServeArgs) -> anyhow::Result<()> {
-    let options = BackendOptions {
-        table: args.table.clone(),
-        attempts_table: args.attempts_table.clone(),
-        auto_create: args.auto_create,
-        ..BackendOptions::default()
-    };
+    let options = BackendOptions::default()
+        .with_table(args.table.clone())
+        .with_attempts_table(args.attempts_table.clone())
+        .with_auto_create(args.auto_create);
     let backend = SqlExecutionBackend::<D>::new(&args.dsn, options)?;
     let client = ExecutionClient::new(backend, &args.namespace)?;
     client.open().await?;

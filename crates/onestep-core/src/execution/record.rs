@@ -198,8 +198,9 @@ impl ExecutionQuery {
     }
 }
 
-/// Options of one submission.
+/// Options of one submission; set them with the builder methods.
 #[derive(Debug, Clone, Default, PartialEq)]
+#[non_exhaustive]
 pub struct SubmitOptions {
     /// Makes the submission idempotent: the same key with the same submission returns the
     /// existing execution; with a different submission it is a conflict. 1..=255 characters.
@@ -230,6 +231,13 @@ impl SubmitOptions {
     /// Delays the first claim by `delay`.
     pub fn delay(mut self, delay: Duration) -> Self {
         self.delay_s = Some(delay.as_secs_f64());
+        self
+    }
+
+    /// Delays the first claim by `seconds` as given (the HTTP API's and Python's `delay_s`, which
+    /// may be any finite number >= 0; checked on submit).
+    pub fn delay_secs(mut self, seconds: f64) -> Self {
+        self.delay_s = Some(seconds);
         self
     }
 

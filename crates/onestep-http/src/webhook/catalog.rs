@@ -110,11 +110,11 @@ impl ResourceType for WebhookType {
         if let Some(v) = f.opt_count("batch_size", 1) {
             o.batch_size = v;
         }
-        if let Some(v) = f.opt_number("read_timeout_s", false) {
-            o.read_timeout_s = v;
+        if let Some(v) = read_wait(f, "read_timeout_s") {
+            o.read_timeout = v;
         }
-        if let Some(v) = f.opt_number("poll_interval_s", false) {
-            o.poll_interval_s = v;
+        if let Some(v) = read_wait(f, "poll_interval_s") {
+            o.poll_interval = v;
         }
         let name = f.value("name").and_then(Value::as_str);
         o.name = Some(name.unwrap_or(f.resource_name()).to_string());
@@ -173,6 +173,20 @@ impl ResourceType for WebhookType {
         let servers = ctx.shared::<WebhookServers>();
         Ok(Built::Source(Arc::new(servers.source(options)?)))
     }
+}
+
+/// A wait in seconds, > 0 and at most [`MAX_WAIT`](super::options::MAX_WAIT).
+fn read_wait(f: &mut Fields<'_>, key: &str) -> Option<std::time::Duration> {
+    let seconds = f.opt_number(key, false)?;
+    let max = super::options::MAX_WAIT.as_secs_f64();
+    if seconds > max {
+        f.problem(
+            key,
+            format!("must be a number > 0 and <= {max}, got {seconds}"),
+        );
+        return None;
+    }
+    Some(std::time::Duration::from_secs_f64(seconds))
 }
 
 /// `auth`: a token string, or `{type: bearer, token, header, scheme, realm}`.

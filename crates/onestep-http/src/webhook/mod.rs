@@ -39,7 +39,7 @@
 //! | missing or wrong bearer token | 401 with `WWW-Authenticate: Bearer realm="…"` |
 //! | no source at this path | 404 |
 //! | a source at this path, but not for this method | 405 with `Allow` |
-//! | body not read within `read_timeout_s` | 408 |
+//! | body not read within `read_timeout` | 408 |
 //! | body larger than `max_body_bytes` | 413 |
 //! | queue full (back-pressure: retry later) | 503 with `Retry-After: 1` |
 //!
@@ -73,7 +73,7 @@ use tokio::time::Instant;
 
 pub use auth::BearerAuth;
 pub use catalog::WebhookType;
-pub use options::{KNOWN_METHODS, Parser, WebhookOptions};
+pub use options::{KNOWN_METHODS, MAX_WAIT, Parser, WebhookOptions};
 pub use reply::WebhookResponse;
 pub use server::WebhookServers;
 
@@ -181,7 +181,7 @@ impl Resource for WebhookSource {
     }
 
     /// Removes this source's route; the last source on a server stops it and frees the port
-    /// (in-flight requests get up to `read_timeout_s` + 1 s to finish). Queued requests stay
+    /// (in-flight requests get up to `read_timeout` + 1 s to finish). Queued requests stay
     /// queued.
     async fn close(&self) -> Result<()> {
         let mut attached = self.server.lock().await;

@@ -2,11 +2,15 @@
 
 use std::fmt;
 use std::str::FromStr;
+use std::time::Duration;
 
 use onestep_core::{Error, Result};
 
 use super::auth::{Auth, BearerAuth};
 use super::reply::{Reply, WebhookResponse};
+
+/// The longest `read_timeout` and `poll_interval`: a day.
+pub const MAX_WAIT: Duration = Duration::from_secs(86_400);
 
 /// The methods a webhook may accept.
 pub const KNOWN_METHODS: [&str; 7] = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"];
@@ -68,8 +72,10 @@ impl FromStr for Parser {
     }
 }
 
-/// Options of a [`WebhookSource`](super::WebhookSource), with the reference's defaults.
+/// Options of a [`WebhookSource`](super::WebhookSource), with the reference's defaults; set
+/// fields after [`WebhookOptions::new`].
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct WebhookOptions {
     /// The path served, starting with `/`; a trailing `/` is ignored.
     pub path: String,
@@ -77,7 +83,8 @@ pub struct WebhookOptions {
     pub methods: Vec<String>,
     /// The address to listen on (default `127.0.0.1`).
     pub host: String,
-    /// The port (default 8080); `0` picks a free one, see [`WebhookSource::local_addr`](super::WebhookSource::local_addr).
+    /// The port (default 8080); `0` picks a free one, see
+    /// [`WebhookSource::local_addr`](super::WebhookSource::local_addr).
     pub port: u16,
     /// How bodies are parsed (default [`Parser::Auto`]).
     pub parser: Parser,
@@ -87,14 +94,16 @@ pub struct WebhookOptions {
     pub response: WebhookResponse,
     /// The largest accepted body (default 1 MiB, >= 1).
     pub max_body_bytes: usize,
-    /// Seconds allowed to receive the body once headers arrived (default 5).
-    pub read_timeout_s: f64,
+    /// The time allowed to receive the body once the head arrived (default 5 s, at most a day;
+    /// YAML `read_timeout_s`).
+    pub read_timeout: Duration,
     /// How many requests may wait in memory before new ones get 503 (default 1000, >= 1).
     pub queue_maxsize: usize,
     /// The most deliveries one fetch returns (default 100, >= 1).
     pub batch_size: usize,
-    /// Seconds a fetch waits for the first request (default 0.1).
-    pub poll_interval_s: f64,
+    /// How long a fetch waits for the first request (default 100 ms, at most a day; YAML
+    /// `poll_interval_s`).
+    pub poll_interval: Duration,
     /// The source name (default `webhook:<path>`).
     pub name: Option<String>,
 }
@@ -111,10 +120,10 @@ impl WebhookOptions {
             auth: None,
             response: WebhookResponse::default(),
             max_body_bytes: 1024 * 1024,
-            read_timeout_s: 5.0,
+            read_timeout: Duration::from_secs(5),
             queue_maxsize: 1000,
             batch_size: 100,
-            poll_interval_s: 0.1,
+            poll_interval: Duration::from_millis(100),
             name: None,
         }
     }
@@ -178,14 +187,16 @@ impl WebhookOptions {
             return Err(invalid("batch_size", "must be >= 1, got 0".to_string()));
         }
         for (name, value) in [
-            ("read_timeout_s", self.read_timeout_s),
-            ("poll_interval_s", self.poll_interval_s),
+            ("read_timeout", self.read_timeout),
+            ("poll_interval", self.poll_interval),
         ] {
-            // Duration::from_secs_f64 panics past ~5.8e11 years; a day is plenty.
-            if !(value.is_finite() && value > 0.0 && value <= 86_400.0) {
+            if value.is_zero() || value > MAX_WAIT {
                 return Err(invalid(
                     name,
-                    format!("must be a number > 0 and <= 86400, got {value}"),
+                    format!(
+                        "must be longer than 0 s and at most 86400 s, got {} s",
+                        value.as_secs_f64()
+                    ),
                 ));
             }
         }

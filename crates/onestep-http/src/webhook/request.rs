@@ -40,8 +40,8 @@ impl Endpoint {
             name,
             auth,
             reply,
-            read_timeout: Duration::from_secs_f64(options.read_timeout_s),
-            poll_interval: Duration::from_secs_f64(options.poll_interval_s),
+            read_timeout: options.read_timeout,
+            poll_interval: options.poll_interval,
             buffer: EnvelopeBuffer::new(),
             options,
         })
@@ -70,7 +70,7 @@ impl Endpoint {
                     "request_timeout",
                     format!(
                         "request body not received within {} s",
-                        self.options.read_timeout_s
+                        self.options.read_timeout.as_secs_f64()
                     ),
                 )
             })??;

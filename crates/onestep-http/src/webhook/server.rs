@@ -65,7 +65,7 @@ impl WebhookServers {
     }
 
     /// Servers that bound every client by `limits` (slow heads, connections, requests in
-    /// flight; see [`crate::server`]). The body deadline stays each source's `read_timeout_s`.
+    /// flight; see [`crate::server`]). The body deadline stays each source's `read_timeout`.
     pub fn with_limits(limits: ServerLimits) -> Self {
         Self {
             limits,

@@ -70,7 +70,17 @@ pub struct StatusCount {
 }
 
 /// Options of a SQL execution backend, with the reference's defaults.
+///
+/// ```
+/// use onestep_sql::BackendOptions;
+///
+/// let options = BackendOptions::default()
+///     .with_tables("billing_executions", "billing_attempts")
+///     .with_auto_create(false);
+/// assert_eq!(options.table, "billing_executions");
+/// ```
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct BackendOptions {
     /// The executions table (default `onestep_executions`).
     pub table: String,
@@ -109,6 +119,61 @@ impl Default for BackendOptions {
             maintenance_interval: Duration::from_millis(250),
             expiry_sweep_interval: Duration::from_secs(5),
         }
+    }
+}
+
+impl BackendOptions {
+    /// Sets both tables: [`table`](Self::table) and [`attempts_table`](Self::attempts_table).
+    pub fn with_tables(self, executions: impl Into<String>, attempts: impl Into<String>) -> Self {
+        self.with_table(executions).with_attempts_table(attempts)
+    }
+
+    /// Sets [`table`](Self::table).
+    pub fn with_table(mut self, table: impl Into<String>) -> Self {
+        self.table = table.into();
+        self
+    }
+
+    /// Sets [`attempts_table`](Self::attempts_table).
+    pub fn with_attempts_table(mut self, attempts_table: impl Into<String>) -> Self {
+        self.attempts_table = attempts_table.into();
+        self
+    }
+
+    /// Sets [`auto_create`](Self::auto_create).
+    pub fn with_auto_create(mut self, auto_create: bool) -> Self {
+        self.auto_create = auto_create;
+        self
+    }
+
+    /// Sets [`limits`](Self::limits).
+    pub fn with_limits(mut self, limits: ExecutionLimits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// Sets [`reclaim_batch_size`](Self::reclaim_batch_size).
+    pub fn with_reclaim_batch_size(mut self, reclaim_batch_size: usize) -> Self {
+        self.reclaim_batch_size = reclaim_batch_size;
+        self
+    }
+
+    /// Sets [`clock`](Self::clock).
+    pub fn with_clock(mut self, clock: SharedClock) -> Self {
+        self.clock = Some(clock);
+        self
+    }
+
+    /// Sets [`maintenance_interval`](Self::maintenance_interval).
+    pub fn with_maintenance_interval(mut self, interval: Duration) -> Self {
+        self.maintenance_interval = interval;
+        self
+    }
+
+    /// Sets [`expiry_sweep_interval`](Self::expiry_sweep_interval).
+    pub fn with_expiry_sweep_interval(mut self, interval: Duration) -> Self {
+        self.expiry_sweep_interval = interval;
+        self
     }
 }
 

@@ -18,11 +18,9 @@ pub fn fresh_options() -> BackendOptions {
         .chars()
         .take(20)
         .collect();
-    BackendOptions {
-        table: format!("{store}_executions"),
-        attempts_table: format!("{store}_attempts"),
-        ..BackendOptions::default()
-    }
+    BackendOptions::default()
+        .with_table(format!("{store}_executions"))
+        .with_attempts_table(format!("{store}_attempts"))
 }
 
 fn request(task: &str, n: usize) -> ExecutionRequest {
@@ -314,8 +312,8 @@ pub async fn a_worker_renews_its_leases_together<D: Dialect>(dsn: &str) {
         b.submit(request("beats", n)).await.unwrap();
     }
     let mut o = ExecutionSourceOptions::new("live", "beats");
-    o.lease_duration_s = 3.0;
-    o.heartbeat_interval_s = 1.0;
+    o.lease_duration = Duration::from_secs(3);
+    o.heartbeat_interval = Duration::from_secs(1);
     o.batch_size = 8;
     let source = ExecutionSource::new(b.clone(), o).unwrap();
     let mut deliveries = source.fetch(8).await.unwrap();
@@ -444,10 +442,7 @@ pub async fn cancel_and_complete_race_has_one_terminal_winner<D: Dialect>(dsn: &
 
 /// With `auto_create` off, missing tables are reported by name.
 pub async fn missing_tables_are_reported_by_name<D: Dialect>(dsn: &str) {
-    let options = BackendOptions {
-        auto_create: false,
-        ..fresh_options()
-    };
+    let options = fresh_options().with_auto_create(false);
     let (e, a) = (options.table.clone(), options.attempts_table.clone());
     let b = SqlExecutionBackend::<D>::new(dsn, options).unwrap();
     let err = b.open().await.unwrap_err().to_string();

@@ -77,16 +77,15 @@ pub fn sqlite() -> SqlFactory<onestep_sql::sqlite::Sqlite> {
 
 /// Backend options for a case's store.
 pub fn options(setup: &Setup) -> BackendOptions {
-    BackendOptions {
-        table: format!("{}_executions", setup.store),
-        attempts_table: format!("{}_attempts", setup.store),
-        auto_create: true,
-        limits: setup.limits,
-        reclaim_batch_size: setup.reclaim_batch_size,
-        clock: Some(Arc::new(setup.clock.clone())),
-        maintenance_interval: std::time::Duration::ZERO,
-        expiry_sweep_interval: std::time::Duration::ZERO,
-    }
+    BackendOptions::default()
+        .with_table(format!("{}_executions", setup.store))
+        .with_attempts_table(format!("{}_attempts", setup.store))
+        .with_auto_create(true)
+        .with_limits(setup.limits)
+        .with_reclaim_batch_size(setup.reclaim_batch_size)
+        .with_clock(Arc::new(setup.clock.clone()))
+        .with_maintenance_interval(std::time::Duration::ZERO)
+        .with_expiry_sweep_interval(std::time::Duration::ZERO)
 }
 
 #[async_trait]

@@ -314,12 +314,10 @@ impl Fixture {
             .await;
             in_db.close().await;
         }
-        let options = BackendOptions {
-            table: self.executions.clone(),
-            attempts_table: self.attempts.clone(),
-            auto_create: true,
-            ..BackendOptions::default()
-        };
+        let options = BackendOptions::default()
+            .with_table(self.executions.clone())
+            .with_attempts_table(self.attempts.clone())
+            .with_auto_create(true);
         let tables = match self.server {
             Server::Postgres => {
                 let b = SqlExecutionBackend::<Postgres>::new(&self.url, options).unwrap();

@@ -996,10 +996,7 @@ pub async fn client_validates_arguments_before_any_io<F: BackendFactory>(f: &F) 
         .submit(
             "t",
             &json!(1),
-            SubmitOptions {
-                delay_s: Some(f64::NAN),
-                ..Default::default()
-            },
+            SubmitOptions::default().delay_secs(f64::NAN),
         )
         .await
         .unwrap_err();

@@ -20,9 +20,9 @@ use super::*;
 
 fn options(task: &str) -> ExecutionSourceOptions {
     let mut o = ExecutionSourceOptions::new(NS, task);
-    o.poll_interval_s = 0.02;
-    o.lease_duration_s = 30.0;
-    o.heartbeat_interval_s = 0.05;
+    o.poll_interval = Duration::from_millis(20);
+    o.lease_duration = Duration::from_secs(30);
+    o.heartbeat_interval = Duration::from_millis(50);
     o.worker_id = "conformance-worker".into();
     o
 }
@@ -479,27 +479,23 @@ pub async fn execution_source_rejects_invalid_options_with_field_names<F: Backen
             "prefetch must be <= 10000, got 10001",
         ),
         (
-            Box::new(|o| o.poll_interval_s = 0.0),
-            "poll_interval_s must be a finite number > 0, got 0",
+            Box::new(|o| o.poll_interval = Duration::ZERO),
+            "poll_interval must be longer than 0 s and at most 100 years, got 0 s",
         ),
         (
-            Box::new(|o| o.poll_interval_s = f64::NAN),
-            "poll_interval_s must be a finite number > 0, got NaN",
+            Box::new(|o| o.lease_duration = Duration::ZERO),
+            "lease_duration must be longer than 0 s and at most 100 years, got 0 s",
         ),
         (
-            Box::new(|o| o.lease_duration_s = 0.0),
-            "lease_duration_s must be a finite number > 0, got 0",
-        ),
-        (
-            Box::new(|o| o.lease_duration_s = f64::INFINITY),
-            "lease_duration_s must be a finite number > 0, got inf",
+            Box::new(|o| o.lease_duration = Duration::MAX),
+            "lease_duration must be longer than 0 s and at most 100 years, got 18446744073709552000 s",
         ),
         (
             Box::new(|o| {
-                o.lease_duration_s = 90.0;
-                o.heartbeat_interval_s = 31.0
+                o.lease_duration = Duration::from_secs(90);
+                o.heartbeat_interval = Duration::from_secs(31);
             }),
-            "heartbeat_interval_s must be <= lease_duration_s / 3 (30), got 31",
+            "heartbeat_interval must be <= lease_duration / 3 (30 s), got 31 s",
         ),
         (
             Box::new(|o| o.worker_id = "  ".into()),
@@ -519,8 +515,8 @@ pub async fn execution_source_rejects_invalid_options_with_field_names<F: Backen
         assert_eq!(err.to_string(), message);
     }
     let mut o = ExecutionSourceOptions::new(NS, "t");
-    o.lease_duration_s = 90.0;
-    o.heartbeat_interval_s = 30.0;
+    o.lease_duration = Duration::from_secs(90);
+    o.heartbeat_interval = Duration::from_secs(30);
     assert!(
         ExecutionSource::new(b.clone(), o).is_ok(),
         "exactly a third is allowed"
@@ -625,7 +621,7 @@ async fn prefetch_setup<F: BackendFactory>(
     let mut o = options(task);
     o.batch_size = 10;
     o.prefetch = prefetch;
-    o.heartbeat_interval_s = 5.0;
+    o.heartbeat_interval = Duration::from_secs(5);
     (b, ids, o)
 }
 
@@ -651,7 +647,7 @@ pub async fn source_prefetch_holds_claims_and_hands_them_back<F: BackendFactory>
     assert_eq!(count_status(&b, &ids, ExecutionStatus::Running).await, 5);
     assert_eq!(count_status(&b, &ids, ExecutionStatus::Queued).await, 5);
 
-    o.heartbeat_interval_s = 0.05;
+    o.heartbeat_interval = Duration::from_millis(50);
     let quick = ExecutionSource::new(b.clone(), o).unwrap();
     assert_eq!(quick.fetch(1).await.unwrap().len(), 1);
     assert_eq!(count_status(&b, &ids, ExecutionStatus::Queued).await, 0);
@@ -754,7 +750,7 @@ pub async fn worker_that_loses_its_lease_stops_and_a_new_attempt_finishes<F: Bac
 pub async fn idle_workers_wake_up_on_submit<F: BackendFactory>(f: &F) {
     let (b, _) = backend(f).await;
     let mut o = options("wake");
-    o.poll_interval_s = 5.0;
+    o.poll_interval = Duration::from_secs(5);
     let app = OneStepApp::builder("worker")
         .task(
             Task::new("wake")

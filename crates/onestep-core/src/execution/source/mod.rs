@@ -154,8 +154,8 @@ impl<B: LeasedExecutionBackend + Clone + 'static> ExecutionSource<B> {
             .get_or_init(|| {
                 Heartbeater::new(
                     self.backend.clone(),
-                    Duration::from_secs_f64(self.options.heartbeat_interval_s),
-                    Duration::from_secs_f64(self.options.lease_duration_s),
+                    self.options.heartbeat_interval,
+                    self.options.lease_duration,
                 )
             })
             .clone()
@@ -174,7 +174,7 @@ impl<B: LeasedExecutionBackend + Clone + 'static> ExecutionSource<B> {
     /// Takes up to `limit` prefetched leases, oldest first, and every buffered lease claimed more
     /// than a heartbeat interval ago (stale: to hand back, not to start).
     fn take_prefetched(&self, limit: usize) -> (Vec<ExecutionLease>, Vec<ExecutionLease>) {
-        let fresh_for = Duration::from_secs_f64(self.options.heartbeat_interval_s);
+        let fresh_for = self.options.heartbeat_interval;
         let mut buffer = self.buffer();
         let (mut take, mut stale) = (Vec::new(), Vec::new());
         while let Some((lease, claimed_at)) = buffer.pop_front() {
@@ -272,7 +272,7 @@ impl<B: LeasedExecutionBackend + Clone + 'static> Source for ExecutionSource<B> 
                 &self.options.namespace,
                 &self.options.task_names,
                 want,
-                Duration::from_secs_f64(self.options.lease_duration_s),
+                self.options.lease_duration,
                 &self.options.worker_id,
             )
             .await
@@ -280,8 +280,7 @@ impl<B: LeasedExecutionBackend + Clone + 'static> Source for ExecutionSource<B> 
                 ExecutionError::Connector(mut c) => {
                     c.operation = ConnectorOperation::Fetch;
                     c.source_name = self.name.clone();
-                    c.retry_delay
-                        .get_or_insert(Duration::from_secs_f64(self.options.poll_interval_s));
+                    c.retry_delay.get_or_insert(self.options.poll_interval);
                     Error::Connector(c)
                 }
                 other => other.into(),
@@ -314,7 +313,7 @@ impl<B: LeasedExecutionBackend + Clone + 'static> Source for ExecutionSource<B> 
     }
 
     fn poll_interval(&self) -> Duration {
-        Duration::from_secs_f64(self.options.poll_interval_s)
+        self.options.poll_interval
     }
 
     fn fetch_is_cancel_safe(&self) -> bool {
@@ -349,11 +348,17 @@ impl<B: LeasedExecutionBackend + Clone + 'static> Source for ExecutionSource<B> 
         m.insert("task_names".into(), json!(o.task_names));
         m.insert("batch_size".into(), Value::from(o.batch_size));
         m.insert("prefetch".into(), Value::from(o.prefetch));
-        m.insert("poll_interval_s".into(), Value::from(o.poll_interval_s));
-        m.insert("lease_duration_s".into(), Value::from(o.lease_duration_s));
+        m.insert(
+            "poll_interval_s".into(),
+            Value::from(o.poll_interval.as_secs_f64()),
+        );
+        m.insert(
+            "lease_duration_s".into(),
+            Value::from(o.lease_duration.as_secs_f64()),
+        );
         m.insert(
             "heartbeat_interval_s".into(),
-            Value::from(o.heartbeat_interval_s),
+            Value::from(o.heartbeat_interval.as_secs_f64()),
         );
         m.insert("worker_id".into(), Value::from(o.worker_id.clone()));
         m
@@ -482,8 +487,8 @@ mod tests {
         let request = ExecutionRequest::new("ns", "t", json!(1), SubmitOptions::default()).unwrap();
         let id = backend.submit(request).await.unwrap().id;
         let mut o = ExecutionSourceOptions::new("ns", "t");
-        o.lease_duration_s = 6.0;
-        o.heartbeat_interval_s = 2.0;
+        o.lease_duration = Duration::from_secs(6);
+        o.heartbeat_interval = Duration::from_secs(2);
         let source = ExecutionSource::new(backend, o).unwrap();
         let mut deliveries = source.fetch(1).await.unwrap();
         deliveries[0].start_processing().await.unwrap();
@@ -510,8 +515,8 @@ mod tests {
     fn a_renewer_whose_runtime_shut_down_is_started_again() {
         let inner = MemoryExecutionBackend::new();
         let mut o = ExecutionSourceOptions::new("ns", "t");
-        o.lease_duration_s = 1.2;
-        o.heartbeat_interval_s = 0.3;
+        o.lease_duration = Duration::from_millis(1200);
+        o.heartbeat_interval = Duration::from_millis(300);
         let source = Arc::new(ExecutionSource::new(inner.clone(), o).unwrap());
         let runtime = || {
             tokio::runtime::Builder::new_multi_thread()

@@ -3,7 +3,19 @@
 use super::*;
 
 /// Options of an [`ExecutionSource`], with the reference's defaults.
+///
+/// ```
+/// use std::time::Duration;
+/// use onestep_core::execution::ExecutionSourceOptions;
+///
+/// let options = ExecutionSourceOptions::new("billing", "monthly-report")
+///     .with_lease_duration(Duration::from_secs(60))
+///     .with_heartbeat_interval(Duration::from_secs(15))
+///     .with_worker_id("worker-1");
+/// assert!(options.validate("").is_ok());
+/// ```
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct ExecutionSourceOptions {
     /// The namespace to claim from (1..=255).
     pub namespace: String,
@@ -16,16 +28,17 @@ pub struct ExecutionSourceOptions {
     /// busy runner finds its next executions already claimed when slots free up, so short tasks
     /// do not wait a claim round trip; a claim still takes at most `batch_size`. Buffered
     /// executions are leased to this worker and run by nobody else until started or handed
-    /// back: one still unstarted after `heartbeat_interval_s` is handed back (it is queued
+    /// back: one still unstarted after `heartbeat_interval` is handed back (it is queued
     /// again, claimable at once, its attempt counted), and the runner hands the whole buffer
     /// back when it pauses or stops. Use it for short tasks; keep 0 for long ones.
     pub prefetch: usize,
-    /// Seconds between claims when nothing is ready (default 1).
-    pub poll_interval_s: f64,
-    /// Seconds a lease lasts unless renewed (default 90).
-    pub lease_duration_s: f64,
-    /// Seconds between heartbeats; at most a third of the lease (default 30).
-    pub heartbeat_interval_s: f64,
+    /// The wait between claims when nothing is ready (default 1 s; YAML `poll_interval_s`).
+    pub poll_interval: Duration,
+    /// How long a lease lasts unless renewed (default 90 s; YAML `lease_duration_s`).
+    pub lease_duration: Duration,
+    /// The time between heartbeats; at most a third of the lease (default 30 s; YAML
+    /// `heartbeat_interval_s`).
+    pub heartbeat_interval: Duration,
     /// This worker's id, recorded on attempts (default `onestep-worker`; make it unique per replica).
     pub worker_id: String,
 }
@@ -38,11 +51,47 @@ impl ExecutionSourceOptions {
             task_names: vec![task_name.into()],
             batch_size: 100,
             prefetch: 0,
-            poll_interval_s: 1.0,
-            lease_duration_s: 90.0,
-            heartbeat_interval_s: 30.0,
+            poll_interval: Duration::from_secs(1),
+            lease_duration: Duration::from_secs(90),
+            heartbeat_interval: Duration::from_secs(30),
             worker_id: "onestep-worker".to_string(),
         }
+    }
+
+    /// Sets [`batch_size`](Self::batch_size).
+    pub fn with_batch_size(mut self, batch_size: usize) -> Self {
+        self.batch_size = batch_size;
+        self
+    }
+
+    /// Sets [`prefetch`](Self::prefetch).
+    pub fn with_prefetch(mut self, prefetch: usize) -> Self {
+        self.prefetch = prefetch;
+        self
+    }
+
+    /// Sets [`poll_interval`](Self::poll_interval).
+    pub fn with_poll_interval(mut self, poll_interval: Duration) -> Self {
+        self.poll_interval = poll_interval;
+        self
+    }
+
+    /// Sets [`lease_duration`](Self::lease_duration).
+    pub fn with_lease_duration(mut self, lease_duration: Duration) -> Self {
+        self.lease_duration = lease_duration;
+        self
+    }
+
+    /// Sets [`heartbeat_interval`](Self::heartbeat_interval).
+    pub fn with_heartbeat_interval(mut self, heartbeat_interval: Duration) -> Self {
+        self.heartbeat_interval = heartbeat_interval;
+        self
+    }
+
+    /// Sets [`worker_id`](Self::worker_id).
+    pub fn with_worker_id(mut self, worker_id: impl Into<String>) -> Self {
+        self.worker_id = worker_id.into();
+        self
     }
 
     /// Checks every option; `prefix` qualifies field names (e.g. `resources.jobs.`).
@@ -69,27 +118,29 @@ impl ExecutionSourceOptions {
                 format!("must be <= {MAX_PREFETCH}, got {}", self.prefetch),
             ));
         }
+        let max = Duration::from_secs_f64(crate::clock::MAX_SECONDS);
         for (name, value) in [
-            ("poll_interval_s", self.poll_interval_s),
-            ("lease_duration_s", self.lease_duration_s),
-            ("heartbeat_interval_s", self.heartbeat_interval_s),
+            ("poll_interval", self.poll_interval),
+            ("lease_duration", self.lease_duration),
+            ("heartbeat_interval", self.heartbeat_interval),
         ] {
-            if !(value.is_finite() && value > 0.0 && value <= crate::clock::MAX_SECONDS) {
+            if value.is_zero() || value > max {
                 return Err(invalid(
                     name,
-                    format!("must be a finite number > 0, got {value}"),
+                    format!(
+                        "must be longer than 0 s and at most 100 years, got {} s",
+                        value.as_secs_f64()
+                    ),
                 ));
             }
         }
-        let third = self.lease_duration_s / 3.0;
-        let close = (self.heartbeat_interval_s - third).abs()
-            <= 1e-9 * third.abs().max(self.heartbeat_interval_s.abs());
-        if self.heartbeat_interval_s > third && !close {
+        if self.heartbeat_interval > self.lease_duration / 3 {
             return Err(invalid(
-                "heartbeat_interval_s",
+                "heartbeat_interval",
                 format!(
-                    "must be <= lease_duration_s / 3 ({third}), got {}",
-                    self.heartbeat_interval_s
+                    "must be <= lease_duration / 3 ({} s), got {} s",
+                    self.lease_duration.as_secs_f64() / 3.0,
+                    self.heartbeat_interval.as_secs_f64()
                 ),
             ));
         }

@@ -31,7 +31,7 @@ async fn main() -> Result<(), onestep_core::Error> {
     let runs = Arc::new(AtomicU32::new(0));
     let counter = runs.clone();
     let app = OneStepApp::builder("scheduler")
-        .task(Task::new("heartbeat").source(Arc::new(heartbeat)).handler(
+        .task(Task::new("heartbeat").source(heartbeat).handler(
             move |ctx: TaskContext, _body: Value| {
                 let counter = counter.clone();
                 async move {
@@ -41,14 +41,12 @@ async fn main() -> Result<(), onestep_core::Error> {
                 }
             },
         ))
-        .task(
-            Task::new("nightly-report")
-                .source(Arc::new(nightly))
-                .handler(|_ctx: TaskContext, body: Value| async move {
-                    println!("building report {}", body["report"]);
-                    Ok::<_, TaskError>(())
-                }),
-        )
+        .task(Task::new("nightly-report").source(nightly).handler(
+            |_ctx: TaskContext, body: Value| async move {
+                println!("building report {}", body["report"]);
+                Ok::<_, TaskError>(())
+            },
+        ))
         .build()?;
 
     println!(

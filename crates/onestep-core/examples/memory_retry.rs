@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use onestep_core::{
-    ExponentialBackoff, Jitter, MemoryQueue, OneStepApp, Sink, Task, TaskContext, TaskError,
+    ExponentialBackoff, Jitter, MemoryQueue, OneStepApp, Sink, Source, Task, TaskContext, TaskError,
 };
 use serde::{Deserialize, Serialize};
 
@@ -49,8 +49,9 @@ async fn main() -> Result<(), onestep_core::Error> {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
         .init();
 
-    let invoices = Arc::new(MemoryQueue::new("invoices", 100)?);
-    let receipts = Arc::new(MemoryQueue::new("receipts", 100)?);
+    // A MemoryQueue is a handle: clones share one queue.
+    let invoices = MemoryQueue::new("invoices", 100)?;
+    let receipts = MemoryQueue::new("receipts", 100)?;
     let retry = ExponentialBackoff::new(
         4,
         Duration::from_millis(200),
@@ -72,7 +73,7 @@ async fn main() -> Result<(), onestep_core::Error> {
             Task::new("charge")
                 .description("charge an invoice, retrying gateway timeouts")
                 .source(invoices.clone())
-                .emit(receipts.clone() as Arc<dyn Sink>)
+                .emit(receipts.clone())
                 .retry(retry)
                 .handler(charge),
         )
@@ -97,7 +98,7 @@ async fn main() -> Result<(), onestep_core::Error> {
     let (result, ()) = tokio::join!(app.serve(), watcher);
     result?;
 
-    for receipt in onestep_core::Source::fetch(receipts.as_ref(), 10).await? {
+    for receipt in receipts.fetch(10).await? {
         println!("receipt: {}", receipt.envelope().body);
     }
     Ok(())

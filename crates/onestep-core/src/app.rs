@@ -177,11 +177,10 @@ struct AppInner {
 ///
 /// # Example
 /// ```
-/// use std::sync::Arc;
 /// use onestep_core::{MemoryQueue, OneStepApp, Sink, Task, TaskContext, TaskError};
 ///
 /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
-/// let queue = Arc::new(MemoryQueue::new("numbers", 10)?);
+/// let queue = MemoryQueue::new("numbers", 10)?;
 /// let app = OneStepApp::builder("demo")
 ///     .task(Task::new("double").source(queue.clone()).handler(|_ctx: TaskContext, n: i64| async move {
 ///         Ok::<_, TaskError>(n * 2)

@@ -6,22 +6,26 @@
 //! the result) lives in [`execution`]; SQL backends are in `onestep-sql` and `onestep-postgres`.
 //!
 //! ```no_run
-//! use std::sync::Arc;
 //! use std::time::Duration;
-//! use onestep_core::{ExponentialBackoff, Jitter, MemoryQueue, OneStepApp, Task, TaskContext, TaskError};
+//! use onestep_core::{ExponentialBackoff, Jitter, MemoryQueue, OneStepApp, Task, TaskArgs, TaskContext, TaskError};
 //!
-//! #[derive(serde::Deserialize)]
+//! #[derive(serde::Serialize, serde::Deserialize)]
 //! struct Resize { url: String, width: u32 }
+//!
+//! impl TaskArgs for Resize {
+//!     const TASK_NAME: &'static str = "resize";
+//!     type Output = String;
+//! }
 //!
 //! async fn resize(_ctx: TaskContext, job: Resize) -> Result<String, TaskError> {
 //!     Ok(format!("{} at {}px", job.url, job.width))
 //! }
 //!
 //! # async fn main_() -> Result<(), onestep_core::Error> {
-//! let jobs = Arc::new(MemoryQueue::new("resize", 1_000)?);
+//! let jobs = MemoryQueue::new("resize", 1_000)?;
 //! let retry = ExponentialBackoff::new(5, Duration::from_secs(1), Duration::from_secs(30), 2.0, Jitter::Full)?;
 //! let app = OneStepApp::builder("images")
-//!     .task(Task::new("resize").source(jobs).handler(resize).concurrency(8).retry(retry))
+//!     .task(Task::of(resize).source(jobs).concurrency(8).retry(retry))
 //!     .build()?;
 //! app.run().await // until Ctrl-C or SIGTERM
 //! # }

@@ -249,7 +249,6 @@ pub struct TaskHooks {
 ///
 /// # Example
 /// ```
-/// use std::sync::Arc;
 /// use onestep_core::{MaxAttempts, MemoryQueue, Task, TaskContext, TaskError};
 ///
 /// #[derive(serde::Deserialize)]
@@ -259,7 +258,7 @@ pub struct TaskHooks {
 ///     Ok(order.id)
 /// }
 ///
-/// let queue = Arc::new(MemoryQueue::new("orders", 100).unwrap());
+/// let queue = MemoryQueue::new("orders", 100).unwrap();
 /// let task = Task::new("charge")
 ///     .source(queue)
 ///     .handler(charge)

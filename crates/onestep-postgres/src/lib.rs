@@ -13,26 +13,35 @@
 //! not matter. See `docs/deployment-postgres.md` for roles, grants and operations.
 //!
 //! ```no_run
-//! use std::sync::Arc;
-//! use onestep_core::execution::{ExecutionClient, ExecutionSourceOptions, SubmitOptions};
-//! use onestep_core::{OneStepApp, Task, TaskContext, TaskError};
-//! use onestep_postgres::{BackendOptions, PostgresExecutionBackend, execution_source};
+//! use onestep_core::execution::{ExecutionClient, SubmitOptions};
+//! use onestep_core::{OneStepApp, Task, TaskArgs, TaskContext, TaskError};
+//! use onestep_postgres::{BackendOptions, PostgresExecutionBackend};
+//!
+//! #[derive(serde::Serialize, serde::Deserialize)]
+//! struct Monthly { month: String }
+//!
+//! impl TaskArgs for Monthly {
+//!     const TASK_NAME: &'static str = "monthly";
+//!     type Output = u32;
+//! }
+//!
+//! async fn monthly(_ctx: TaskContext, report: Monthly) -> Result<u32, TaskError> {
+//!     Ok(report.month.len() as u32)
+//! }
 //!
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
-//! let dsn = "postgres://app@127.0.0.1/app";
-//! // API process: submit and get an id back.
-//! let client = ExecutionClient::new(PostgresExecutionBackend::new(dsn, BackendOptions::default())?, "reports")?;
-//! let submitted = client.submit("monthly", &serde_json::json!({"month": "2026-11"}), SubmitOptions::default()).await?;
+//! let backend = PostgresExecutionBackend::new("postgres://app@127.0.0.1/app", BackendOptions::default())?;
+//! let client = ExecutionClient::new(backend, "reports")?;
+//! // API side: submit and get an id back.
+//! let submitted = client.submit_args(&Monthly { month: "2026-11".into() }, SubmitOptions::default()).await?;
 //!
-//! // Worker process: claim, run, store the result.
-//! let source = execution_source(dsn, BackendOptions::default(), ExecutionSourceOptions::new("reports", "monthly"))?;
+//! // Worker side (here on the same pool): claim, run, store the result.
 //! let app = OneStepApp::builder("report-worker")
-//!     .task(Task::new("monthly").source(Arc::new(source)).handler(|_ctx: TaskContext, input: serde_json::Value| async move {
-//!         Ok::<_, TaskError>(serde_json::json!({"rows": 42, "month": input["month"]}))
-//!     }))
+//!     .task(Task::of(monthly).source(client.source_for::<Monthly>()?))
 //!     .build()?;
 //! app.run().await?;
-//! # let _ = submitted;
+//! let rows: u32 = client.output::<Monthly>(submitted.id).await?;
+//! # let _ = rows;
 //! # Ok(()) }
 //! ```
 

@@ -89,7 +89,6 @@ use server::Server;
 ///
 /// # Example
 /// ```no_run
-/// use std::sync::Arc;
 /// use onestep_core::{OneStepApp, Task, TaskContext, TaskError};
 /// use onestep_http::webhook::{BearerAuth, WebhookOptions, WebhookSource};
 /// use serde_json::Value;
@@ -98,7 +97,7 @@ use server::Server;
 /// let mut options = WebhookOptions::new("/hooks/github");
 /// options.port = 9000;
 /// options.auth = Some(BearerAuth::new("s3cret"));
-/// let hooks = Arc::new(WebhookSource::new(options)?);
+/// let hooks = WebhookSource::new(options)?;
 /// let app = OneStepApp::builder("hooks")
 ///     .task(Task::new("github").source(hooks).handler(
 ///         |_ctx: TaskContext, event: Value| async move {

@@ -507,7 +507,7 @@ fn release_plan_lists_the_crates_in_order() {
     assert!(core < cli, "{text}");
     assert!(text.contains("unreleased → 0.1.0") || text.contains("unreleased →"));
     assert!(
-        text.contains("Not published (publish = false): onestep-testkit, xtask"),
+        text.contains("Not published (publish = false): onestep-docs, onestep-testkit, xtask"),
         "{text}"
     );
     assert!(text.contains("cargo publish -p onestep-core && git tag onestep-core-v"));

@@ -1,4 +1,7 @@
 -- onestep tracked execution schema, MySQL 8.0.16+ and MariaDB 10.11.
+-- The statements equal the one table definition in crates/onestep-sql/src/schema/table.rs (a test
+-- checks every statement below against `Dialect::ddl_template`); `schema::render_ddl` runs the
+-- same statements with validated names in place of the {placeholders}.
 -- Same catalog as onestep-sql 0.7.1 `onestep_sql.mysql.execution_schema` creates through SQLAlchemy:
 -- JSON with the expression default (JSON_OBJECT()), DATETIME(6) everywhere, InnoDB + utf8mb4,
 -- no partial indexes, and every CHECK / FK name derived from its own table (they are

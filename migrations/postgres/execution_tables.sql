@@ -1,8 +1,10 @@
 -- onestep tracked execution schema, PostgreSQL (15+; any 9.5+ accepts it).
+-- The statements equal the one table definition in crates/onestep-sql/src/schema/table.rs (a test
+-- checks every statement below against `Dialect::ddl_template`); `schema::render_ddl` runs the
+-- same statements with validated names in place of the {placeholders}.
 -- Same catalog as onestep-sql 0.7.1 `onestep_sql.postgres.execution_schema` rendered by SQLAlchemy.
--- Placeholders are filled by `schema::render_ddl` with validated names; every identifier that can
--- come from a user is double-quoted, which is what SQLAlchemy does for mixed-case and reserved names
--- and a no-op for lower-case ones. CHECK names are fixed constants (CHECK names are per table in
+-- Every identifier that can come from a user is double-quoted, which is what SQLAlchemy does for
+-- mixed-case and reserved names and a no-op for lower-case ones. CHECK names are fixed constants (CHECK names are per table in
 -- PostgreSQL); the FK and the primary keys stay unnamed, so PostgreSQL derives
 -- `<attempts>_execution_id_fkey` and `<table>_pkey` exactly as it does for the reference.
 -- Callers run this under `SELECT pg_advisory_xact_lock(<postgres_advisory_lock_key>)` in one transaction.

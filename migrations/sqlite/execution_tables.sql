@@ -1,4 +1,7 @@
 -- onestep tracked execution schema, SQLite (3.8.0+ for partial indexes; tested on 3.40).
+-- The statements equal the one table definition in crates/onestep-sql/src/schema/table.rs (a test
+-- checks every statement below against `Dialect::ddl_template`); `schema::render_ddl` runs the
+-- same statements with validated names in place of the {placeholders}.
 -- The reference has no SQLite backend of its own: its unit suites run the PostgreSQL schema
 -- (`onestep_sql.postgres.execution_schema`) on SQLite, and this is that schema as SQLAlchemy renders
 -- it for the sqlite dialect: UUID -> CHAR(32) (hex, no dashes), JSONB -> JSON, TIMESTAMPTZ -> DATETIME,

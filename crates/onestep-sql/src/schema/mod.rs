@@ -9,8 +9,9 @@
 //! * index and constraint names are `{prefix}{table}_{suffix}`, hash-truncated
 //!   to the dialect's identifier limit ([`derive_object_name`],
 //!   [`object_names`]);
-//! * the DDL is the reference's, rendered from per-dialect templates with
-//!   `{placeholder}`s for the table and object names ([`render_ddl`]);
+//! * the DDL is the reference's, rendered for each dialect from one
+//!   definition of the two tables ([`render_ddl`]; the `migrations/` files are
+//!   the same statements with `{placeholder}`s, checked against it by a test);
 //! * concurrent creators serialize on a PostgreSQL advisory lock
 //!   ([`postgres_advisory_lock_key`]) or on two MySQL `GET_LOCK` names
 //!   ([`MYSQL_GLOBAL_DDL_LOCK_NAME`], then [`mysql_ddl_lock_name`]).
@@ -30,7 +31,7 @@
 //! column there ("Data too long"). [`Dialect::MariaDb`] renders that schema;
 //! choose it with [`mysql_family_dialect`] from `SELECT VERSION()`.
 //!
-//! Identifier quoting: the templates quote every table and object name
+//! Identifier quoting: the DDL quotes every table and object name
 //! (`"…"` on PostgreSQL and SQLite, `` `…` `` on MySQL). SQLAlchemy quotes a name
 //! when it has an upper-case letter or is a reserved word of the dialect;
 //! quoting a lower-case, non-reserved name changes nothing on any of these
@@ -59,23 +60,11 @@ pub const MYSQL_DDL_LOCK_TIMEOUT_SECS: u32 = 10;
 /// Number of hex digits of `sha256(base)` appended to a truncated name.
 pub const NAME_HASH_LENGTH: usize = 12;
 
-/// The single place that says where the DDL templates live.
-///
-/// `include_str!` only takes a literal (or a macro expanding to one), so the
-/// location is a macro. The crate's `migrations` is a symlink to the
-/// workspace's `migrations/`, the one source of the DDL; `cargo package`
-/// follows it, so the published crate carries the files.
-macro_rules! ddl_template_file {
-    ($file:literal) => {
-        include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/migrations/", $file))
-    };
-}
+mod render;
+mod table;
 
-const POSTGRES_TEMPLATE: &str = ddl_template_file!("postgres/execution_tables.sql");
-const MYSQL_TEMPLATE: &str = ddl_template_file!("mysql/execution_tables.sql");
-const SQLITE_TEMPLATE: &str = ddl_template_file!("sqlite/execution_tables.sql");
-
-/// Line that separates two statements in a DDL template.
+/// Line that separates two statements in [`Dialect::ddl_template`] and in the files of the
+/// workspace's `migrations/` folder.
 pub const STATEMENT_SEPARATOR: &str = "-- statement";
 
 /// A SQL dialect that can hold the tracked-execution tables.
@@ -132,15 +121,30 @@ impl Dialect {
         }
     }
 
-    /// The raw DDL template: statements separated by [`STATEMENT_SEPARATOR`]
-    /// lines, `--` comment lines, and `{placeholder}`s (see [`render_ddl`]).
-    /// MySQL and MariaDB share one template.
-    pub const fn ddl_template(self) -> &'static str {
-        match self {
-            Dialect::Postgres => POSTGRES_TEMPLATE,
-            Dialect::MySql | Dialect::MariaDb => MYSQL_TEMPLATE,
-            Dialect::Sqlite => SQLITE_TEMPLATE,
-        }
+    /// The DDL with `{placeholder}`s instead of names, statements separated by
+    /// [`STATEMENT_SEPARATOR`] lines: the text of `migrations/<dialect>/execution_tables.sql`
+    /// (without its comment header), for a person who creates the tables by hand. MySQL and
+    /// MariaDB share one template, with `{uuid_type}` for the id columns' type.
+    pub fn ddl_template(self) -> String {
+        let placeholders: Vec<(&'static str, String)> = ObjectNames::FIELDS
+            .iter()
+            .map(|field| (*field, format!("{{{field}}}")))
+            .collect();
+        let uuid_type = if self.is_mysql_family() {
+            "{uuid_type}"
+        } else {
+            self.uuid_type()
+        };
+        let names = render::Names {
+            executions: "{executions}",
+            attempts: "{attempts}",
+            objects: placeholders
+                .iter()
+                .map(|(field, value)| (*field, value.as_str()))
+                .collect(),
+            uuid_type,
+        };
+        render::statements(self, &names).join(&format!("\n{STATEMENT_SEPARATOR}\n"))
     }
 }
 
@@ -332,6 +336,20 @@ pub struct ObjectNames {
 }
 
 impl ObjectNames {
+    /// Every field name, which is also each object's placeholder in [`Dialect::ddl_template`].
+    pub const FIELDS: [&'static str; 10] = [
+        "uq_idempotency",
+        "ix_claim",
+        "ix_lease",
+        "ix_list",
+        "ix_attempts_execution",
+        "uq_attempts_execution_attempt",
+        "ck_status",
+        "ck_idempotency",
+        "ck_attempt_status",
+        "fk_attempts_execution",
+    ];
+
     /// The derived names that exist in this dialect, as `(placeholder, name)`
     /// pairs in a fixed order.
     pub fn entries(&self) -> Vec<(&'static str, &str)> {
@@ -522,82 +540,23 @@ pub fn mysql_claim_index_ddl(
 /// statements for `tables`, in execution order (executions table, its
 /// indexes, attempts table, its index), without terminators.
 ///
-/// Running them again is harmless. On MySQL the indexes are declared inside
-/// `CREATE TABLE` (MySQL 8 has no `CREATE INDEX IF NOT EXISTS`), so there are
-/// two statements instead of six. The names are validated first
-/// ([`TableNames::validate`]) because they are pasted into SQL text.
-///
-/// Placeholders: `{executions}`, `{attempts}`, every field of
-/// [`ObjectNames`], and `{uuid_type}` ([`Dialect::uuid_type`], used by the
-/// MySQL/MariaDB template); any other brace text (such as the `'{}'` JSON
-/// default) is kept as it is.
+/// The statements come from one definition of the two tables (the private
+/// `schema::table` module) and are the reference's SQLAlchemy text, except that
+/// they say `IF NOT EXISTS` and quote every table and object name. Running them
+/// again is harmless. On MySQL the indexes are declared inside `CREATE TABLE`
+/// (MySQL 8 has no `CREATE INDEX IF NOT EXISTS`), so there are two statements
+/// instead of seven. The names are validated first ([`TableNames::validate`])
+/// because they are pasted into SQL text.
 pub fn render_ddl(dialect: Dialect, tables: &TableNames) -> Result<Vec<String>, SchemaError> {
     tables.validate(dialect)?;
-    let names = object_names(dialect, tables);
-    let mut values: Vec<(&str, &str)> = vec![
-        ("executions", tables.executions.as_str()),
-        ("attempts", tables.attempts.as_str()),
-        ("uuid_type", dialect.uuid_type()),
-    ];
-    values.extend(names.entries());
-    Ok(template_statements(dialect.ddl_template())
-        .into_iter()
-        .map(|statement| substitute(&statement, &values))
-        .collect())
-}
-
-/// Split a template into statements: drop `--` comment lines, cut at
-/// [`STATEMENT_SEPARATOR`] lines, trim, skip empty pieces.
-fn template_statements(template: &str) -> Vec<String> {
-    let mut statements = Vec::new();
-    let mut current = String::new();
-    let mut flush = |current: &mut String| {
-        let statement = current.trim();
-        if !statement.is_empty() {
-            statements.push(statement.to_owned());
-        }
-        current.clear();
+    let objects = object_names(dialect, tables);
+    let names = render::Names {
+        executions: &tables.executions,
+        attempts: &tables.attempts,
+        objects: objects.entries(),
+        uuid_type: dialect.uuid_type(),
     };
-    for line in template.lines() {
-        let trimmed = line.trim();
-        if trimmed == STATEMENT_SEPARATOR {
-            flush(&mut current);
-        } else if !trimmed.starts_with("--") {
-            current.push_str(line);
-            current.push('\n');
-        }
-    }
-    flush(&mut current);
-    statements
-}
-
-/// Replace each `{key}` whose key is in `values`; leave all other text alone.
-fn substitute(statement: &str, values: &[(&str, &str)]) -> String {
-    let mut out = String::with_capacity(statement.len() + 64);
-    let mut rest = statement;
-    while let Some(open) = rest.find('{') {
-        out.push_str(&rest[..open]);
-        let after = &rest[open + 1..];
-        let replacement = after.find('}').and_then(|close| {
-            let key = &after[..close];
-            values
-                .iter()
-                .find(|(name, _)| *name == key)
-                .map(|(_, value)| (*value, close))
-        });
-        match replacement {
-            Some((value, close)) => {
-                out.push_str(value);
-                rest = &after[close + 1..];
-            }
-            None => {
-                out.push('{');
-                rest = after;
-            }
-        }
-    }
-    out.push_str(rest);
-    out
+    Ok(render::statements(dialect, &names))
 }
 
 /// Key of the PostgreSQL transaction advisory lock that serializes table
@@ -628,18 +587,44 @@ pub fn mysql_ddl_lock_name(tables: &TableNames) -> String {
 mod tests {
     use super::*;
 
-    #[test]
-    fn substitution_keeps_unknown_and_empty_braces() {
-        let values = [("a", "X")];
-        assert_eq!(substitute("'{}' {a} {b} {a", &values), "'{}' X {b} {a");
+    /// The statements of a `migrations/` file: comment lines dropped, cut at
+    /// [`STATEMENT_SEPARATOR`] lines, trimmed.
+    fn file_statements(text: &str) -> Vec<String> {
+        text.split(&format!("\n{STATEMENT_SEPARATOR}\n"))
+            .map(|piece| {
+                let lines: Vec<&str> = piece
+                    .lines()
+                    .filter(|line| !line.trim_start().starts_with("--"))
+                    .collect();
+                lines.join("\n").trim().to_owned()
+            })
+            .collect()
     }
 
     #[test]
-    fn template_split_drops_comments_and_separators() {
-        let template = "-- header\nSELECT 1\n-- statement\n\n-- statement\n  SELECT '{}'\n";
+    fn the_migration_files_are_the_rendered_templates() {
+        let root = concat!(env!("CARGO_MANIFEST_DIR"), "/migrations");
+        for (folder, dialect) in [
+            ("postgres", Dialect::Postgres),
+            ("mysql", Dialect::MySql),
+            ("sqlite", Dialect::Sqlite),
+        ] {
+            let path = format!("{root}/{folder}/execution_tables.sql");
+            let text = std::fs::read_to_string(&path).expect("migration file");
+            let template = dialect.ddl_template();
+            assert_eq!(
+                file_statements(&text),
+                file_statements(&template),
+                "{path} differs from the table definition; its statements should read:\n{template}"
+            );
+        }
+    }
+
+    #[test]
+    fn mariadb_shares_the_mysql_template() {
         assert_eq!(
-            template_statements(template),
-            vec!["SELECT 1", "SELECT '{}'"]
+            Dialect::MariaDb.ddl_template(),
+            Dialect::MySql.ddl_template()
         );
     }
 }

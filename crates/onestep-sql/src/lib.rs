@@ -34,6 +34,7 @@ pub mod dialect;
 pub mod dsn;
 mod machine;
 pub mod param;
+mod query;
 pub mod schema;
 mod sql;
 

@@ -22,20 +22,9 @@ impl<D: Dialect> SqlExecutionBackend<D> {
     pub async fn stats(&self, namespace: Option<&str>) -> ExecutionResult<Vec<StatusCount>> {
         namespace.map_or(Ok(()), |ns| reject_nul("namespace", ns))?;
         let op = ConnectorOperation::Fetch;
-        // One pass over the table, whatever the number of statuses (was two queries per
-        // status, each a scan where no index leads with `status`).
-        let mut sql = format!(
-            "SELECT status, COUNT(*), MIN(created_at) FROM {e}",
-            e = D::quote(&self.inner.tables.executions)
-        );
-        let mut params: Vec<Param> = Vec::new();
-        if let Some(ns) = namespace {
-            sql.push_str(" WHERE namespace = ?");
-            params.push(ns.into());
-        }
-        sql.push_str(" GROUP BY status");
+        let built = crate::query::stats(D::SCHEMA, &self.inner.tables.executions, namespace)?;
         let mut tx = self.begin(op).await?;
-        let rows = crate::decode::status_counts::<D>(&mut tx, &D::render(&sql), params)
+        let rows = crate::decode::status_counts::<D>(&mut tx, &built.sql, built.params)
             .await
             .map_err(db::<D>(op))?;
         Self::commit(tx, op).await?;
@@ -84,35 +73,28 @@ impl<D: Dialect> SqlExecutionBackend<D> {
             D::quote(&self.inner.tables.executions),
             D::quote(&self.inner.tables.attempts),
         );
-        let ns = if namespace.is_some() {
-            " AND namespace = ?"
-        } else {
-            ""
-        };
-        let select = D::render(&format!(
-            "SELECT id, version, lease_token FROM {e} WHERE status IN ('succeeded', 'failed', 'cancelled', 'expired') \
-             AND finished_at IS NOT NULL AND finished_at < ?{ns} ORDER BY finished_at, id LIMIT ?"
-        ));
         let delete_attempts = D::render(&format!("DELETE FROM {a} WHERE execution_id = ?"));
         let delete = D::render(&format!(
             "DELETE FROM {e} WHERE id = ? AND status IN ('succeeded', 'failed', 'cancelled', 'expired')"
         ));
+        let limit = if dry_run {
+            u64::MAX
+        } else {
+            u64::try_from(batch).unwrap_or(u64::MAX)
+        };
+        let select = crate::query::prune_candidates(
+            D::SCHEMA,
+            &self.inner.tables.executions,
+            namespace,
+            before,
+            limit,
+        )?;
         let mut total = 0;
         loop {
             let mut tx = self.begin(op).await?;
-            let limit = if dry_run {
-                i64::MAX
-            } else {
-                i64::try_from(batch).unwrap_or(i64::MAX)
-            };
-            let rows = crate::decode::candidates::<D>(&mut tx, &select, {
-                let mut params: Vec<Param> = vec![before.into()];
-                params.extend(namespace.map(Param::from));
-                params.push(limit.into());
-                params
-            })
-            .await
-            .map_err(db::<D>(op))?;
+            let rows = crate::decode::candidates::<D>(&mut tx, &select.sql, select.params.clone())
+                .await
+                .map_err(db::<D>(op))?;
             if dry_run || rows.is_empty() {
                 Self::commit(tx, op).await?;
                 return Ok(total + if dry_run { rows.len() } else { 0 });

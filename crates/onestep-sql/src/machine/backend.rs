@@ -96,29 +96,10 @@ impl<D: Dialect> ExecutionBackend for SqlExecutionBackend<D> {
             .map(decode_cursor)
             .transpose()
             .map_err(|e| ExecutionError::invalid("cursor", format!("is rejected: {e}")))?;
-        let mut sql = format!(
-            "SELECT {} FROM {} WHERE namespace = ?",
-            sql::EXECUTION_COLUMNS,
-            D::quote(&self.inner.tables.executions)
-        );
-        let mut params: Vec<Param> = vec![query.namespace.clone().into()];
-        if let Some(task) = &query.task_name {
-            sql.push_str(" AND task_name = ?");
-            params.push(task.clone().into());
-        }
-        if let Some(status) = query.status {
-            sql.push_str(" AND status = ?");
-            params.push(status.as_str().into());
-        }
-        if let Some((created_at, id)) = after {
-            sql.push_str(" AND (created_at < ? OR (created_at = ? AND id < ?))");
-            params.extend([created_at.into(), created_at.into(), id.into()]);
-        }
-        sql.push_str(" ORDER BY created_at DESC, id DESC LIMIT ?");
-        params.push(i64::from(query.limit).saturating_add(1).into());
+        let built = crate::query::list(D::SCHEMA, &self.inner.tables.executions, query, after)?;
         let op = ConnectorOperation::Fetch;
         let mut tx = self.begin(op).await?;
-        let rows = crate::decode::executions::<D>(&mut tx, &D::render(&sql), params)
+        let rows = crate::decode::executions::<D>(&mut tx, &built.sql, built.params)
             .await
             .map_err(db::<D>(op))?;
         Self::commit(tx, op).await?;

@@ -5,18 +5,24 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod api;
+mod claim;
+mod complete;
 mod lease;
+mod submit;
 mod worker;
 
 pub use api::*;
+pub use claim::*;
+pub use complete::*;
 pub use lease::*;
+pub use submit::*;
 pub use worker::*;
 
 use std::time::Duration;
 
 use onestep_core::execution::{
-    ExecutionBackend, ExecutionCompletion, ExecutionErrorDetail, ExecutionLease, ExecutionRequest,
-    LeasedExecutionBackend, SubmitOptions,
+    ExecutionBackend, ExecutionCompletion, ExecutionErrorDetail, ExecutionLease, ExecutionQuery,
+    ExecutionRequest, ExecutionStatus, LeasedExecutionBackend, SubmitOptions,
 };
 use serde_json::Value;
 
@@ -111,4 +117,24 @@ fn detail(kind: &str, exception_type: &str) -> ExecutionErrorDetail {
     let mut d = ExecutionErrorDetail::new(kind, exception_type).unwrap();
     d.stage = Some("handler".into());
     d
+}
+
+/// How many executions of `task` the first list page (up to 50) shows.
+async fn listed<B: ExecutionBackend>(b: &B, task: &str) -> usize {
+    b.list(&query(Some(task), None, 50))
+        .await
+        .unwrap()
+        .items
+        .len()
+}
+
+/// A list query in [`NS`].
+fn query(task: Option<&str>, status: Option<ExecutionStatus>, limit: u32) -> ExecutionQuery {
+    ExecutionQuery {
+        namespace: NS.into(),
+        task_name: task.map(str::to_string),
+        status,
+        limit,
+        cursor: None,
+    }
 }

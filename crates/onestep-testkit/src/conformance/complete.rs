@@ -1,0 +1,539 @@
+//! Completing an attempt: success, failure, retry, replays, cancel winning over a late success,
+//! limits on results, batches fenced one by one.
+
+use onestep_core::clock::Clock;
+use onestep_core::execution::stored::MAX_STORED_DEPTH;
+use onestep_core::execution::{
+    ExecutionBackend, ExecutionClient, ExecutionCompletion, ExecutionError, ExecutionLimits,
+    ExecutionStatus, LeasedExecutionBackend,
+};
+use serde_json::{Value, json};
+use time::OffsetDateTime;
+
+use super::*;
+
+fn after(setup: &Setup, s: f64) -> OffsetDateTime {
+    setup.clock.now() + secs(s)
+}
+
+/// A successful completion stores the result, clears the lease and finishes the execution.
+pub async fn complete_success_updates_the_execution_and_its_attempt<F: BackendFactory>(f: &F) {
+    let (b, setup) = backend(f).await;
+    let e = submit(&b, "t", json!(1)).await;
+    let lease = claim_one(&b, "t", 30.0).await;
+    setup.clock.advance(secs(2.0));
+    let done = complete(
+        &b,
+        &lease,
+        ExecutionCompletion::Succeeded {
+            result: json!({"rows": [1, 2]}),
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(done.status, ExecutionStatus::Succeeded);
+    assert_eq!(done.result, Some(json!({"rows": [1, 2]})));
+    assert_eq!(done.error, None);
+    assert_eq!(done.finished_at, Some(setup.clock.now()));
+    assert_eq!(done.version, 2);
+    assert_eq!(b.get(NS, e.id).await.unwrap().unwrap(), done);
+    let beat = b
+        .heartbeat(e.id, lease.attempt_id, lease.lease_token, secs(30.0))
+        .await
+        .unwrap_err();
+    assert!(beat.is_lease_lost(), "the lease is gone after completion");
+}
+
+/// A success arriving after a cancel request ends cancelled with no result and no error.
+pub async fn cancel_request_wins_over_a_late_success<F: BackendFactory>(f: &F) {
+    let (b, _) = backend(f).await;
+    let e = submit(&b, "t", json!(1)).await;
+    let lease = claim_one(&b, "t", 30.0).await;
+    b.request_cancel(NS, e.id, Some("stop")).await.unwrap();
+    let done = complete(
+        &b,
+        &lease,
+        ExecutionCompletion::Succeeded {
+            result: json!("ignored"),
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(done.status, ExecutionStatus::Cancelled);
+    assert_eq!((done.result, done.error), (None, None));
+    let client = ExecutionClient::new(b.clone(), NS).unwrap();
+    assert!(matches!(
+        client.result::<Value>(e.id).await,
+        Err(ExecutionError::Cancelled(_))
+    ));
+}
+
+/// After a cancel request only success (converted) or cancelled completions are accepted.
+pub async fn failure_or_retry_after_a_cancel_request_is_rejected_as_stale<F: BackendFactory>(
+    f: &F,
+) {
+    let (b, setup) = backend(f).await;
+    let e = submit(&b, "t", json!(1)).await;
+    let lease = claim_one(&b, "t", 30.0).await;
+    b.request_cancel(NS, e.id, None).await.unwrap();
+    for completion in [
+        ExecutionCompletion::Failed {
+            error: Some(detail("error", "E")),
+        },
+        ExecutionCompletion::Retrying {
+            error: None,
+            delay_s: None,
+        },
+    ] {
+        assert!(
+            complete(&b, &lease, completion)
+                .await
+                .unwrap_err()
+                .is_lease_lost()
+        );
+    }
+    assert_eq!(
+        complete(&b, &lease, ExecutionCompletion::Cancelled)
+            .await
+            .unwrap()
+            .status,
+        ExecutionStatus::Cancelled
+    );
+    setup.clock.advance(secs(60.0));
+    assert_eq!(
+        b.get(NS, e.id).await.unwrap().unwrap().status,
+        ExecutionStatus::Cancelled
+    );
+}
+
+/// Repeating a success with the same result (keys in any order) returns the stored snapshot; a
+/// different result is a lost lease.
+pub async fn terminal_success_replay_requires_an_identical_result<F: BackendFactory>(f: &F) {
+    let (b, _) = backend(f).await;
+    submit(&b, "t", json!(1)).await;
+    let lease = claim_one(&b, "t", 30.0).await;
+    let done = complete(
+        &b,
+        &lease,
+        ExecutionCompletion::Succeeded {
+            result: json!({"a": 1, "b": 2}),
+        },
+    )
+    .await
+    .unwrap();
+    let replay = complete(
+        &b,
+        &lease,
+        ExecutionCompletion::Succeeded {
+            result: json!({"b": 2, "a": 1}),
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(replay, done);
+    let different = complete(
+        &b,
+        &lease,
+        ExecutionCompletion::Succeeded {
+            result: json!({"a": 2}),
+        },
+    )
+    .await
+    .unwrap_err();
+    assert!(different.is_lease_lost());
+}
+
+/// Repeating a failure with the same error returns the stored snapshot; another error does not.
+pub async fn terminal_failure_replay_requires_an_identical_error<F: BackendFactory>(f: &F) {
+    let (b, _) = backend(f).await;
+    submit(&b, "t", json!(1)).await;
+    let lease = claim_one(&b, "t", 30.0).await;
+    let failed = complete(
+        &b,
+        &lease,
+        ExecutionCompletion::Failed {
+            error: Some(detail("error", "ValueError")),
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        failed.error.as_ref().unwrap().stage.as_deref(),
+        Some("handler")
+    );
+    let replay = complete(
+        &b,
+        &lease,
+        ExecutionCompletion::Failed {
+            error: Some(detail("error", "ValueError")),
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(replay, failed);
+    let other = complete(
+        &b,
+        &lease,
+        ExecutionCompletion::Failed {
+            error: Some(detail("timeout", "TimeoutError")),
+        },
+    )
+    .await;
+    assert!(other.unwrap_err().is_lease_lost());
+}
+
+/// A retrying completion keeps the error, clears the lease and schedules `available_at`.
+pub async fn retrying_completion_schedules_the_next_claim_and_clears_the_lease<
+    F: BackendFactory,
+>(
+    f: &F,
+) {
+    let (b, setup) = backend(f).await;
+    submit(&b, "t", json!(1)).await;
+    let lease = claim_one(&b, "t", 30.0).await;
+    setup.clock.advance(secs(5.0));
+    let retrying = complete(
+        &b,
+        &lease,
+        ExecutionCompletion::Retrying {
+            error: Some(detail("error", "E")),
+            delay_s: Some(60.0),
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(retrying.status, ExecutionStatus::Retrying);
+    assert_eq!(retrying.available_at, after(&setup, 60.0));
+    assert_eq!(retrying.version, 2);
+    assert_eq!(retrying.finished_at, None);
+    assert_eq!(retrying.error.as_ref().unwrap().exception_type, "E");
+    assert!(
+        complete(
+            &b,
+            &lease,
+            ExecutionCompletion::Retrying {
+                error: None,
+                delay_s: None
+            }
+        )
+        .await
+        .unwrap_err()
+        .is_lease_lost()
+    );
+    setup.clock.advance(secs(59.0));
+    assert!(claim(&b, "t", 1, 30.0).await.is_empty());
+    setup.clock.advance(secs(1.0));
+    let next = claim_one(&b, "t", 30.0).await;
+    assert_eq!(next.execution.attempts, 2);
+    let done = complete(
+        &b,
+        &next,
+        ExecutionCompletion::Succeeded { result: json!(1) },
+    )
+    .await
+    .unwrap();
+    assert_eq!(done.error, None, "success clears the last error");
+}
+
+/// A token that is not the current lease cannot complete in any way.
+pub async fn stale_lease_cannot_complete_success_failure_or_retry<F: BackendFactory>(f: &F) {
+    let (b, _) = backend(f).await;
+    submit(&b, "t", json!(1)).await;
+    let mut lease = claim_one(&b, "t", 30.0).await;
+    lease.lease_token = uuid::Uuid::new_v4();
+    for completion in [
+        ExecutionCompletion::Succeeded { result: json!(1) },
+        ExecutionCompletion::Failed { error: None },
+        ExecutionCompletion::Retrying {
+            error: None,
+            delay_s: None,
+        },
+    ] {
+        assert!(
+            complete(&b, &lease, completion)
+                .await
+                .unwrap_err()
+                .is_lease_lost()
+        );
+    }
+    let missing = b
+        .complete(
+            uuid::Uuid::new_v4(),
+            lease.attempt_id,
+            lease.lease_token,
+            ExecutionCompletion::Cancelled,
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(missing.to_string(), "execution does not exist");
+}
+
+/// A result over the limit is rejected by `validate_result` and by `complete`, which writes
+/// nothing; a later failure completion still succeeds.
+pub async fn oversized_or_unencodable_results_are_rejected_without_writing<F: BackendFactory>(
+    f: &F,
+) {
+    let limits = ExecutionLimits {
+        max_result_bytes: 32,
+        ..ExecutionLimits::default()
+    };
+    let (b, _) = backend_with(
+        f,
+        Setup {
+            limits,
+            ..Setup::default()
+        },
+    )
+    .await;
+    let e = submit(&b, "t", json!(1)).await;
+    let lease = claim_one(&b, "t", 30.0).await;
+    let big = json!("z".repeat(64));
+    assert!(matches!(
+        b.validate_result(&big),
+        Err(ExecutionError::Encoding(_))
+    ));
+    let err = complete(&b, &lease, ExecutionCompletion::Succeeded { result: big })
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "execution result exceeds the configured limit"
+    );
+    let bad_tag = json!({"$onestep": {"type": "datetime", "value": "nope", "fold": 0}});
+    assert!(b.validate_result(&bad_tag).is_err());
+    assert_eq!(
+        b.get(NS, e.id).await.unwrap().unwrap().status,
+        ExecutionStatus::Running
+    );
+    let failed = complete(
+        &b,
+        &lease,
+        ExecutionCompletion::Failed {
+            error: Some(detail("error", "E")),
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(failed.status, ExecutionStatus::Failed);
+}
+
+/// A result holding U+0000 or nested deeper than `MAX_STORED_DEPTH` levels as stored, and an error
+/// detail holding
+/// U+0000, are invalid arguments on every backend and write nothing; the deepest storable result
+/// is stored and reads back. Claims refuse a namespace or task name holding U+0000.
+pub async fn complete_rejects_results_with_nul_or_nested_too_deep_without_writing<
+    F: BackendFactory,
+>(
+    f: &F,
+) {
+    let (b, _) = backend(f).await;
+    let e = submit(&b, "t", json!(1)).await;
+    let lease = claim_one(&b, "t", 30.0).await;
+    for (result, message) in [
+        (
+            json!({"r": ["ok", "a\u{0}b"]}),
+            "must not contain the NUL character (\\u0000); found at /r/1",
+        ),
+        (
+            nested(MAX_STORED_DEPTH + 1),
+            "is nested 32 levels deep as stored, more than 31",
+        ),
+    ] {
+        assert_invalid(b.validate_result(&result).unwrap_err(), "result", message);
+        let err = complete(&b, &lease, ExecutionCompletion::Succeeded { result })
+            .await
+            .unwrap_err();
+        assert_invalid(err, "result", message);
+    }
+    let mut nul_detail = detail("error", "E");
+    nul_detail.exception_type = "E\u{0}".into();
+    for completion in [
+        ExecutionCompletion::Failed {
+            error: Some(nul_detail.clone()),
+        },
+        ExecutionCompletion::Retrying {
+            error: Some(nul_detail.clone()),
+            delay_s: None,
+        },
+    ] {
+        let err = complete(&b, &lease, completion).await.unwrap_err();
+        assert_invalid(err, "exception_type", NUL);
+    }
+    let running = b.get(NS, e.id).await.unwrap().unwrap();
+    assert_eq!(
+        (running.status, running.version, running.result),
+        (ExecutionStatus::Running, 1, None)
+    );
+    assert_invalid(
+        b.claim("n\u{0}", &["t".into()], 1, secs(30.0), "w")
+            .await
+            .unwrap_err(),
+        "namespace",
+        NUL,
+    );
+    assert_invalid(
+        b.claim(NS, &["t\u{0}".into()], 1, secs(30.0), "w")
+            .await
+            .unwrap_err(),
+        "task_names",
+        NUL,
+    );
+    let done = complete(
+        &b,
+        &lease,
+        ExecutionCompletion::Succeeded {
+            result: nested(MAX_STORED_DEPTH),
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(done.status, ExecutionStatus::Succeeded);
+    let client = ExecutionClient::new(b.clone(), NS).unwrap();
+    assert_eq!(
+        client.result::<Value>(e.id).await.unwrap(),
+        nested(MAX_STORED_DEPTH)
+    );
+    assert_eq!(
+        client.list(None, None, 10, None).await.unwrap().items.len(),
+        1
+    );
+}
+
+/// A batch of completions is decided one by one: accepted ones are written, a stale token is a
+/// lost lease, a repeated terminal completion is a replay, an unknown id does not exist.
+pub async fn complete_many_fences_each_completion_on_its_own<F: BackendFactory>(f: &F) {
+    let (b, setup) = backend(f).await;
+    for n in 0..6 {
+        submit(&b, "batch", json!(n)).await;
+    }
+    let leases = claim(&b, "batch", 6, 30.0).await;
+    assert_eq!(leases.len(), 6);
+    let replayed = complete(
+        &b,
+        &leases[3],
+        ExecutionCompletion::Succeeded {
+            result: json!("done"),
+        },
+    )
+    .await
+    .unwrap();
+    setup.clock.advance(secs(1.0));
+    let item = |l: &onestep_core::execution::ExecutionLease, c| {
+        (l.execution.id, l.attempt_id, l.lease_token, c)
+    };
+    let mut stale = leases[1].clone();
+    stale.lease_token = uuid::Uuid::new_v4();
+    let results = b
+        .complete_many(vec![
+            item(
+                &leases[0],
+                ExecutionCompletion::Succeeded {
+                    result: json!({"n": 0}),
+                },
+            ),
+            item(&stale, ExecutionCompletion::Succeeded { result: json!(1) }),
+            item(
+                &leases[2],
+                ExecutionCompletion::Retrying {
+                    error: Some(detail("error", "E")),
+                    delay_s: Some(5.0),
+                },
+            ),
+            item(
+                &leases[3],
+                ExecutionCompletion::Succeeded {
+                    result: json!("done"),
+                },
+            ),
+            item(
+                &leases[4],
+                ExecutionCompletion::Failed {
+                    error: Some(detail("error", "ValueError")),
+                },
+            ),
+            (
+                uuid::Uuid::new_v4(),
+                uuid::Uuid::new_v4(),
+                uuid::Uuid::new_v4(),
+                ExecutionCompletion::Cancelled,
+            ),
+            item(
+                &leases[5],
+                ExecutionCompletion::Succeeded {
+                    result: json!(null),
+                },
+            ),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(results.len(), 7);
+    // What the batch returns is what it stored, field by field (a JSON `null` result included).
+    for (i, result) in results.iter().enumerate() {
+        if let Ok(done) = result {
+            let stored = b.get(NS, done.id).await.unwrap().unwrap();
+            assert_eq!(
+                &stored, done,
+                "completion {i}: stored row differs from the returned one"
+            );
+        }
+    }
+    assert_eq!(
+        results[6].as_ref().unwrap().result,
+        Some(json!(null)),
+        "a JSON null result is stored as JSON null"
+    );
+    let ok = results[0].as_ref().unwrap();
+    assert_eq!(
+        (ok.status, ok.result.clone(), ok.version),
+        (ExecutionStatus::Succeeded, Some(json!({"n": 0})), 2)
+    );
+    assert!(results[1].as_ref().unwrap_err().is_lease_lost());
+    let retrying = results[2].as_ref().unwrap();
+    assert_eq!(retrying.status, ExecutionStatus::Retrying);
+    assert_eq!(retrying.available_at, after(&setup, 5.0));
+    assert_eq!(
+        results[3].as_ref().unwrap(),
+        &replayed,
+        "a repeated terminal completion is a replay"
+    );
+    assert_eq!(
+        results[4]
+            .as_ref()
+            .unwrap()
+            .error
+            .as_ref()
+            .unwrap()
+            .exception_type,
+        "ValueError"
+    );
+    assert_eq!(
+        results[5].as_ref().unwrap_err().to_string(),
+        "execution does not exist"
+    );
+    assert_eq!(
+        b.get(NS, leases[1].execution.id)
+            .await
+            .unwrap()
+            .unwrap()
+            .status,
+        ExecutionStatus::Running
+    );
+    assert_eq!(
+        b.get(NS, leases[0].execution.id)
+            .await
+            .unwrap()
+            .unwrap()
+            .result,
+        Some(json!({"n": 0}))
+    );
+    let again = complete(
+        &b,
+        &leases[0],
+        ExecutionCompletion::Succeeded {
+            result: json!({"n": 0}),
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(again.version, 2, "the batch wrote exactly once");
+}

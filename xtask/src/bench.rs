@@ -20,7 +20,8 @@ use std::process::Command;
 use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
 
-use crate::servers::{Kind, Options, Servers};
+use crate::kind::Kind;
+use crate::servers::{Options, Servers};
 
 /// What `cargo xtask bench` was asked to do.
 #[derive(Debug)]

@@ -28,7 +28,8 @@ use std::time::Instant;
 use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
 
-use crate::servers::{Kind, Options, Servers};
+use crate::kind::Kind;
+use crate::servers::{Options, Servers};
 use crate::sys;
 
 /// The faults, by the names `--only` takes.
@@ -464,15 +465,19 @@ impl Run<'_> {
 
 /// A throwaway server this run owns and may restart.
 enum Owned {
-    Postgres(Box<crate::postgres::Throwaway>),
-    Mariadb(Box<crate::mariadb::Throwaway>),
+    Postgres(Box<crate::throwaway::postgres::Throwaway>),
+    Mariadb(Box<crate::throwaway::mariadb::Throwaway>),
 }
 
 impl Owned {
     fn start(kind: Kind, dir: &Path) -> Result<Self> {
         Ok(match kind {
-            Kind::Postgres => Self::Postgres(Box::new(crate::postgres::Throwaway::start(dir)?)),
-            Kind::Mariadb => Self::Mariadb(Box::new(crate::mariadb::Throwaway::start(dir)?)),
+            Kind::Postgres => {
+                Self::Postgres(Box::new(crate::throwaway::postgres::Throwaway::start(dir)?))
+            }
+            Kind::Mariadb => {
+                Self::Mariadb(Box::new(crate::throwaway::mariadb::Throwaway::start(dir)?))
+            }
         })
     }
 

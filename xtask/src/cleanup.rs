@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 
-use crate::servers::Kind;
+use crate::kind::Kind;
 use crate::{mariadb, postgres};
 
 /// The hidden xtask command that runs the watchdog.

@@ -20,12 +20,14 @@ mod bench;
 mod chaos;
 mod cleanup;
 mod deny;
+mod kind;
 mod mariadb;
 mod postgres;
 mod release;
 mod scratch;
 mod servers;
 mod sys;
+mod throwaway;
 mod url;
 
 use std::path::{Path, PathBuf};

@@ -8,15 +8,15 @@
 //! server, exported to the tests and dropped afterwards. A server that cannot be had is an error
 //! that says what was tried.
 
-use std::net::{Ipv4Addr, SocketAddr};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
 
 use crate::cleanup::{Action, Cleanup};
+use crate::kind::{Kind, Started};
 use crate::url::DbUrl;
-use crate::{mariadb, postgres, sys};
+use crate::{sys, throwaway};
 
 /// The command-line flag that forces throwaway servers.
 pub const THROWAWAY_FLAG: &str = "--throwaway-servers";
@@ -50,172 +50,6 @@ impl Options {
         }
         (options, rest)
     }
-}
-
-/// A database server kind.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Kind {
-    /// PostgreSQL.
-    Postgres,
-    /// MariaDB (for the MySQL tests).
-    Mariadb,
-}
-
-impl Kind {
-    /// Every kind, in the order they are set up and reported.
-    pub const ALL: [Kind; 2] = [Kind::Postgres, Kind::Mariadb];
-
-    /// A short stable name (messages, temp subdirectories, watchdog lines).
-    pub fn id(self) -> &'static str {
-        match self {
-            Kind::Postgres => "postgres",
-            Kind::Mariadb => "mysql",
-        }
-    }
-
-    /// The kind whose [`Kind::id`] is `id`.
-    pub fn from_id(id: &str) -> Result<Self> {
-        Self::ALL
-            .into_iter()
-            .find(|kind| kind.id() == id)
-            .with_context(|| format!("unknown server kind {id:?}"))
-    }
-
-    /// The human name.
-    pub fn label(self) -> &'static str {
-        match self {
-            Kind::Postgres => "PostgreSQL",
-            Kind::Mariadb => "MySQL/MariaDB",
-        }
-    }
-
-    /// The variable that holds the server URL, for xtask and for the tests.
-    pub fn url_var(self) -> &'static str {
-        match self {
-            Kind::Postgres => "ONESTEP_POSTGRES_URL",
-            Kind::Mariadb => "ONESTEP_MYSQL_URL",
-        }
-    }
-
-    /// URL schemes (without `+driver`) that name this kind.
-    fn schemes(self) -> &'static [&'static str] {
-        match self {
-            Kind::Postgres => &["postgres", "postgresql"],
-            Kind::Mariadb => &["mysql", "mariadb"],
-        }
-    }
-
-    /// Where the local default server listens.
-    fn local_addr(self) -> SocketAddr {
-        let port = match self {
-            Kind::Postgres => 5432,
-            Kind::Mariadb => 3306,
-        };
-        SocketAddr::from((Ipv4Addr::LOCALHOST, port))
-    }
-
-    /// Admin connections to try on the local default server.
-    fn local_admin_urls(self) -> Vec<DbUrl> {
-        match self {
-            Kind::Postgres => postgres::local_admin_urls(),
-            Kind::Mariadb => mariadb::local_admin_urls(),
-        }
-    }
-
-    /// The client program's name (for messages).
-    fn client_name(self) -> &'static str {
-        match self {
-            Kind::Postgres => "psql",
-            Kind::Mariadb => "mariadb",
-        }
-    }
-
-    /// Whether the command-line client is installed.
-    fn client_installed(self) -> bool {
-        match self {
-            Kind::Postgres => postgres::client().is_some(),
-            Kind::Mariadb => mariadb::client().is_some(),
-        }
-    }
-
-    /// Debian packages that bring the client.
-    fn client_packages(self) -> &'static [&'static str] {
-        match self {
-            Kind::Postgres => &["postgresql-client"],
-            Kind::Mariadb => &["mariadb-client"],
-        }
-    }
-
-    /// Whether the server binaries (and client) for a throwaway server are installed.
-    fn server_installed(self) -> bool {
-        self.client_installed()
-            && match self {
-                Kind::Postgres => postgres::server_installed(),
-                Kind::Mariadb => mariadb::server_installed(),
-            }
-    }
-
-    /// Debian packages that bring the server and client.
-    fn server_packages(self) -> &'static [&'static str] {
-        match self {
-            Kind::Postgres => &["postgresql", "postgresql-client"],
-            Kind::Mariadb => &["mariadb-server", "mariadb-client"],
-        }
-    }
-
-    /// The system user a throwaway server runs as.
-    fn system_user(self) -> &'static str {
-        match self {
-            Kind::Postgres => postgres::SYSTEM_USER,
-            Kind::Mariadb => mariadb::SYSTEM_USER,
-        }
-    }
-
-    /// Checks that `admin` can log in.
-    fn check(self, admin: &DbUrl) -> Result<()> {
-        let probe = "SELECT 1;";
-        match self {
-            Kind::Postgres => postgres::query(admin, probe).map(drop),
-            Kind::Mariadb => mariadb::query(admin, probe).map(drop),
-        }
-    }
-
-    /// Creates database `name` over `admin`.
-    fn create_database(self, admin: &DbUrl, name: &str, owner: Option<&str>) -> Result<()> {
-        match self {
-            Kind::Postgres => postgres::create_database(admin, name, owner),
-            Kind::Mariadb => mariadb::create_database(admin, name),
-        }
-    }
-
-    /// Drops database `name` (if it exists) over the admin URL `admin`.
-    pub fn drop_database(self, admin: &str, name: &str) -> Result<()> {
-        let admin = DbUrl::parse(admin)?;
-        match self {
-            Kind::Postgres => postgres::drop_database(&admin, name),
-            Kind::Mariadb => mariadb::drop_database(&admin, name),
-        }
-    }
-
-    /// Starts a throwaway server with its files in `dir`.
-    fn start_throwaway(self, dir: &Path, root: bool, cleanup: &Cleanup) -> Result<Started> {
-        match self {
-            Kind::Postgres => postgres::start_throwaway(dir, root, cleanup),
-            Kind::Mariadb => mariadb::start_throwaway(dir, root, cleanup),
-        }
-    }
-}
-
-/// A server to run the tests on.
-pub struct Started {
-    /// A connection that may create and drop databases.
-    pub admin: DbUrl,
-    /// The connection the tests use (its database is replaced by the run's fresh one).
-    pub tests: DbUrl,
-    /// The owner to give the fresh database, if not the admin user.
-    pub owner: Option<String>,
-    /// Which path produced the server, for the report line.
-    pub description: String,
 }
 
 /// The servers of one test run: the variables for the tests and everything to undo afterwards.
@@ -444,7 +278,7 @@ fn start_throwaways(
                 let dir = dir.join(kind.id());
                 let handle = scope.spawn(move || {
                     let started = Instant::now();
-                    let server = kind.start_throwaway(&dir, root, cleanup)?;
+                    let server = start_throwaway(kind, &dir, root, cleanup)?;
                     Ok((server, started.elapsed()))
                 });
                 (kind, handle)
@@ -480,4 +314,12 @@ fn start_throwaways(
         started.elapsed().as_secs_f64()
     );
     Ok(servers)
+}
+
+/// Starts a throwaway server of `kind` with its files in `dir`.
+fn start_throwaway(kind: Kind, dir: &Path, root: bool, cleanup: &Cleanup) -> Result<Started> {
+    match kind {
+        Kind::Postgres => throwaway::postgres::start_throwaway(dir, root, cleanup),
+        Kind::Mariadb => throwaway::mariadb::start_throwaway(dir, root, cleanup),
+    }
 }

@@ -384,20 +384,21 @@ fn a_versioned_dev_dependency_on_an_unpublished_crate_fails() {
 #[test]
 fn an_include_outside_the_crate_fails() {
     let copy = Copy::new();
-    let schema = "crates/onestep-sql/src/schema.rs";
-    let text = fs::read_to_string(copy.path(schema)).expect("schema.rs");
-    if !text.contains("\"/../../migrations/\"") {
-        // The packaged layout (`/migrations/` through the symlink): seed the old path back.
-        copy.edit(schema, |t| {
-            t.replace("\"/migrations/\"", "\"/../../migrations/\"")
-        });
-    }
+    let lib = "crates/onestep-sql/src/lib.rs";
+    // Seed the mistake a crate makes when it embeds a workspace file straight from its folder
+    // rather than through a symlink inside the crate.
+    copy.edit(lib, |t| {
+        format!(
+            "{t}\nconst _OUTSIDE: &str =\n    include_str!(concat!(env!(\"CARGO_MANIFEST_DIR\"), \"/../../migrations/\", \"README.md\"));\n"
+        )
+    });
     let report = copy.check_all();
     let found = report.of(INCLUDE_PATHS);
     assert_eq!(found.len(), 1, "{}", listing(&report));
     assert!(
-        found[0].starts_with(&format!("onestep-sql: {schema}:"))
-            && found[0].contains("includes \"/../../migrations/\", which is outside the crate"),
+        found[0].starts_with(&format!("onestep-sql: {lib}:"))
+            && found[0]
+                .contains("includes \"/../../migrations/README.md\", which is outside the crate"),
         "{}",
         found[0]
     );

@@ -1,0 +1,166 @@
+//! The kinds of database server the tests run on, and what a started one hands to the run.
+
+use std::net::{Ipv4Addr, SocketAddr};
+
+use anyhow::{Context, Result};
+
+use crate::url::DbUrl;
+use crate::{mariadb, postgres};
+
+/// A database server kind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// PostgreSQL.
+    Postgres,
+    /// MariaDB (for the MySQL tests).
+    Mariadb,
+}
+
+impl Kind {
+    /// Every kind, in the order they are set up and reported.
+    pub const ALL: [Kind; 2] = [Kind::Postgres, Kind::Mariadb];
+
+    /// A short stable name (messages, temp subdirectories, watchdog lines).
+    pub fn id(self) -> &'static str {
+        match self {
+            Kind::Postgres => "postgres",
+            Kind::Mariadb => "mysql",
+        }
+    }
+
+    /// The kind whose [`Kind::id`] is `id`.
+    pub fn from_id(id: &str) -> Result<Self> {
+        Self::ALL
+            .into_iter()
+            .find(|kind| kind.id() == id)
+            .with_context(|| format!("unknown server kind {id:?}"))
+    }
+
+    /// The human name.
+    pub fn label(self) -> &'static str {
+        match self {
+            Kind::Postgres => "PostgreSQL",
+            Kind::Mariadb => "MySQL/MariaDB",
+        }
+    }
+
+    /// The variable that holds the server URL, for xtask and for the tests.
+    pub fn url_var(self) -> &'static str {
+        match self {
+            Kind::Postgres => "ONESTEP_POSTGRES_URL",
+            Kind::Mariadb => "ONESTEP_MYSQL_URL",
+        }
+    }
+
+    /// URL schemes (without `+driver`) that name this kind.
+    pub fn schemes(self) -> &'static [&'static str] {
+        match self {
+            Kind::Postgres => &["postgres", "postgresql"],
+            Kind::Mariadb => &["mysql", "mariadb"],
+        }
+    }
+
+    /// Where the local default server listens.
+    pub fn local_addr(self) -> SocketAddr {
+        let port = match self {
+            Kind::Postgres => 5432,
+            Kind::Mariadb => 3306,
+        };
+        SocketAddr::from((Ipv4Addr::LOCALHOST, port))
+    }
+
+    /// Admin connections to try on the local default server.
+    pub fn local_admin_urls(self) -> Vec<DbUrl> {
+        match self {
+            Kind::Postgres => postgres::local_admin_urls(),
+            Kind::Mariadb => mariadb::local_admin_urls(),
+        }
+    }
+
+    /// The client program's name (for messages).
+    pub fn client_name(self) -> &'static str {
+        match self {
+            Kind::Postgres => "psql",
+            Kind::Mariadb => "mariadb",
+        }
+    }
+
+    /// Whether the command-line client is installed.
+    pub fn client_installed(self) -> bool {
+        match self {
+            Kind::Postgres => postgres::client().is_some(),
+            Kind::Mariadb => mariadb::client().is_some(),
+        }
+    }
+
+    /// Debian packages that bring the client.
+    pub fn client_packages(self) -> &'static [&'static str] {
+        match self {
+            Kind::Postgres => &["postgresql-client"],
+            Kind::Mariadb => &["mariadb-client"],
+        }
+    }
+
+    /// Whether the server binaries (and client) for a throwaway server are installed.
+    pub fn server_installed(self) -> bool {
+        self.client_installed()
+            && match self {
+                Kind::Postgres => postgres::server_installed(),
+                Kind::Mariadb => mariadb::server_installed(),
+            }
+    }
+
+    /// Debian packages that bring the server and client.
+    pub fn server_packages(self) -> &'static [&'static str] {
+        match self {
+            Kind::Postgres => &["postgresql", "postgresql-client"],
+            Kind::Mariadb => &["mariadb-server", "mariadb-client"],
+        }
+    }
+
+    /// The system user a throwaway server runs as.
+    pub fn system_user(self) -> &'static str {
+        match self {
+            Kind::Postgres => postgres::SYSTEM_USER,
+            Kind::Mariadb => mariadb::SYSTEM_USER,
+        }
+    }
+
+    /// Checks that `admin` can log in.
+    pub fn check(self, admin: &DbUrl) -> Result<()> {
+        let probe = "SELECT 1;";
+        match self {
+            Kind::Postgres => postgres::query(admin, probe).map(drop),
+            Kind::Mariadb => mariadb::query(admin, probe).map(drop),
+        }
+    }
+
+    /// Creates database `name` over `admin`.
+    pub fn create_database(self, admin: &DbUrl, name: &str, owner: Option<&str>) -> Result<()> {
+        match self {
+            Kind::Postgres => postgres::create_database(admin, name, owner),
+            Kind::Mariadb => mariadb::create_database(admin, name),
+        }
+    }
+
+    /// Drops database `name` (if it exists) over the admin URL `admin`.
+    pub fn drop_database(self, admin: &str, name: &str) -> Result<()> {
+        let admin = DbUrl::parse(admin)?;
+        match self {
+            Kind::Postgres => postgres::drop_database(&admin, name),
+            Kind::Mariadb => mariadb::drop_database(&admin, name),
+        }
+    }
+}
+
+/// A server to run the tests on.
+pub struct Started {
+    /// A connection that may create and drop databases.
+    pub admin: DbUrl,
+    /// The connection the tests use (its database is replaced by the run's fresh one).
+    pub tests: DbUrl,
+    /// The owner to give the fresh database, if not the admin user.
+    pub owner: Option<String>,
+    /// Which path produced the server, for the report line.
+    pub description: String,
+}

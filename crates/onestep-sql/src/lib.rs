@@ -37,6 +37,7 @@ pub mod param;
 mod query;
 pub mod schema;
 mod sql;
+pub mod state;
 
 #[cfg(feature = "mysql")]
 pub mod mysql;

@@ -1,5 +1,7 @@
-//! The dynamic reads and the prune scan, built with sea-query: `list` (its filters and keyset
-//! cursor vary per call), `stats` and `prune` (an optional namespace).
+//! The statements built with sea-query: the dynamic reads and the prune scan of the executions
+//! table (`list`, whose filters and keyset cursor vary per call, `stats` and `prune`, with an
+//! optional namespace), and the state stores' upsert, whose spelling differs per dialect
+//! (`ON CONFLICT … DO UPDATE`, MySQL's `ON DUPLICATE KEY UPDATE`).
 //!
 //! The hot statements (submit, claim, heartbeat, complete) stay hand-written in `sql.rs` and the
 //! dialects' fast paths: they are fixed texts prepared once, tuned per dialect, and measured by
@@ -8,8 +10,8 @@
 //! instants are bound exactly as everywhere else (hex `CHAR(32)` or native UUID, UTC).
 
 use sea_query::{
-    Alias, Asterisk, Condition, Expr, ExprTrait, Func, MysqlQueryBuilder, Order,
-    PostgresQueryBuilder, Query, SelectStatement, SqliteQueryBuilder, Value,
+    Alias, Asterisk, Condition, Expr, ExprTrait, Func, MysqlQueryBuilder, OnConflict, Order,
+    PostgresQueryBuilder, Query, QueryStatementWriter, SqliteQueryBuilder, Value,
 };
 use time::OffsetDateTime;
 use uuid::Uuid;
@@ -19,6 +21,7 @@ use onestep_core::execution::{ExecutionError, ExecutionQuery, ExecutionResult, E
 use crate::param::Param;
 use crate::schema;
 use crate::sql::EXECUTION_COLUMNS;
+use crate::state::StateTable;
 
 /// A statement ready for [`crate::dialect::Dialect::fetch`]: its text in the dialect's
 /// placeholder style, and its parameters in order.
@@ -116,11 +119,38 @@ pub(crate) fn prune_candidates(
     build(dialect, &select)
 }
 
-fn build(dialect: schema::Dialect, select: &SelectStatement) -> ExecutionResult<Built> {
+/// `INSERT` of `key` with its value text and time into a state table, or `UPDATE` of the value
+/// and time where the key is there already.
+pub(crate) fn upsert_state(
+    dialect: schema::Dialect,
+    table: &StateTable,
+    key: &str,
+    value: String,
+    updated_at: OffsetDateTime,
+) -> ExecutionResult<Built> {
+    let (k, v, u) = (
+        Alias::new(&table.key_column),
+        Alias::new(&table.value_column),
+        Alias::new(&table.updated_at_column),
+    );
+    let mut insert = Query::insert();
+    insert
+        .into_table(Alias::new(&table.table))
+        .columns([k.clone(), v.clone(), u.clone()])
+        .values([key.into(), value.into(), updated_at.into()])
+        .map_err(|e| ExecutionError::Backend(format!("internal: state upsert: {e}").into()))?
+        .on_conflict(OnConflict::column(k).update_columns([v, u]).to_owned());
+    build(dialect, &insert)
+}
+
+fn build<S: QueryStatementWriter>(
+    dialect: schema::Dialect,
+    statement: &S,
+) -> ExecutionResult<Built> {
     let (sql, values) = match dialect {
-        schema::Dialect::Postgres => select.build(PostgresQueryBuilder),
-        schema::Dialect::MySql | schema::Dialect::MariaDb => select.build(MysqlQueryBuilder),
-        schema::Dialect::Sqlite => select.build(SqliteQueryBuilder),
+        schema::Dialect::Postgres => statement.build(PostgresQueryBuilder),
+        schema::Dialect::MySql | schema::Dialect::MariaDb => statement.build(MysqlQueryBuilder),
+        schema::Dialect::Sqlite => statement.build(SqliteQueryBuilder),
     };
     let params = values
         .into_iter()
@@ -149,6 +179,33 @@ fn param(value: Value) -> ExecutionResult<Param> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_state_upsert_is_spelled_per_dialect() {
+        let at = time::macros::datetime!(2026-01-02 03:04:05 UTC);
+        let table = StateTable::state();
+        let pg = upsert_state(schema::Dialect::Postgres, &table, "k", "1".into(), at).unwrap();
+        assert_eq!(
+            pg.sql,
+            r#"INSERT INTO "onestep_state" ("state_key", "state_value", "updated_at") VALUES ($1, $2, $3) ON CONFLICT ("state_key") DO UPDATE SET "state_value" = "excluded"."state_value", "updated_at" = "excluded"."updated_at""#
+        );
+        assert_eq!(
+            pg.params,
+            vec![
+                Param::Text("k".into()),
+                Param::Text("1".into()),
+                Param::Time(at)
+            ]
+        );
+        let mysql = upsert_state(schema::Dialect::MySql, &table, "k", "1".into(), at).unwrap();
+        assert!(
+            mysql.sql.ends_with(
+                "ON DUPLICATE KEY UPDATE `state_value` = VALUES(`state_value`), `updated_at` = VALUES(`updated_at`)"
+            ),
+            "{}",
+            mysql.sql
+        );
+    }
 
     fn query() -> ExecutionQuery {
         ExecutionQuery {

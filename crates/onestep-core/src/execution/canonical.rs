@@ -13,6 +13,10 @@
 //!   literal with `.`, `e` or `E` like Python's `float.__repr__` (shortest
 //!   round-trip digits, `1e+16` / `1e-05` scientific form outside
 //!   `1e-4 <= |x| < 1e16`, `.0` for integral values, `-0.0`).
+//!
+//! [`python_dumps`] writes the same values as Python's default `json.dumps(value,
+//! ensure_ascii=False)` does (the reference's state stores): insertion order, `", "` and
+//! `": "` separators, non-ASCII characters as they are.
 
 use std::borrow::Cow;
 
@@ -45,11 +49,61 @@ pub(crate) fn classify(number: &Number) -> PyNumber<'_> {
     }
 }
 
+/// How a text is spelled: the canonical form, or Python's default `json.dumps`.
+#[derive(Clone, Copy)]
+struct Style {
+    /// Object keys sorted by code point (`sort_keys=True`), else in insertion order.
+    sorted: bool,
+    /// Every character outside printable ASCII escaped (`ensure_ascii=True`).
+    ascii: bool,
+    /// Between items: `","` or `", "`.
+    item: &'static str,
+    /// Between a key and its value: `":"` or `": "`.
+    key: &'static str,
+    /// A literal too large for a float (`1e400`) kept as written instead of `Infinity`,
+    /// which Python reads as the same value and serde_json cannot read at all.
+    keep_overflow: bool,
+}
+
+const CANONICAL: Style = Style {
+    sorted: true,
+    ascii: true,
+    item: ",",
+    key: ":",
+    keep_overflow: false,
+};
+
+const DUMPS: Style = Style {
+    sorted: false,
+    ascii: false,
+    item: ", ",
+    key: ": ",
+    keep_overflow: true,
+};
+
 /// Returns the canonical JSON text of `value` (Python `json.dumps` with
 /// `sort_keys=True, separators=(",", ":"), ensure_ascii=True`).
 pub fn canonical_json(value: &Value) -> String {
     let mut out = String::with_capacity(64);
-    write_value(&mut out, value);
+    write_value(&mut out, value, CANONICAL);
+    out
+}
+
+/// Returns `value` as Python's `json.dumps(value, ensure_ascii=False)` writes it: keys in
+/// their order, `", "` and `": "` separators, numbers as Python prints what it read, non-ASCII
+/// characters unescaped and control characters escaped. What the reference's state and cursor
+/// stores keep in their value column. One difference: a literal too large for a float
+/// (`1e400`) is kept as written where Python writes `Infinity`; Python reads both as `inf`, and
+/// serde_json reads only the first.
+///
+/// ```
+/// use onestep_core::execution::canonical::python_dumps;
+/// let value: serde_json::Value = serde_json::from_str(r#"{"b":[1,2.50],"a":"é\n"}"#).unwrap();
+/// assert_eq!(python_dumps(&value), r#"{"b": [1, 2.5], "a": "é\n"}"#);
+/// ```
+pub fn python_dumps(value: &Value) -> String {
+    let mut out = String::with_capacity(64);
+    write_value(&mut out, value, DUMPS);
     out
 }
 
@@ -57,7 +111,7 @@ pub fn canonical_json(value: &Value) -> String {
 /// the reference compares against its payload/metadata/result limits.
 pub fn canonical_size(value: &Value) -> usize {
     let mut size = Size(0);
-    write_value(&mut size, value);
+    write_value(&mut size, value, CANONICAL);
     size.0
 }
 
@@ -211,6 +265,13 @@ fn break_tie_to_even(abs: f64, digits: String, exponent: i32) -> String {
 
 /// Appends `text` as a JSON string literal with Python's `ensure_ascii` escapes.
 pub(crate) fn write_string<W: Write>(out: &mut W, text: &str) {
+    write_string_in(out, text, true);
+}
+
+/// Appends `text` as a JSON string literal; with `ascii`, every character outside printable
+/// ASCII is escaped, else only `"`, `\\` and the control characters (as Python's
+/// `ensure_ascii=False`).
+fn write_string_in<W: Write>(out: &mut W, text: &str, ascii: bool) {
     let _ = out.write_char('"');
     // Runs of characters that need no escape are written at once.
     let mut plain = 0;
@@ -224,6 +285,7 @@ pub(crate) fn write_string<W: Write>(out: &mut W, text: &str) {
             '\u{08}' => "\\b",
             '\u{0c}' => "\\f",
             ' '..='~' => continue,
+            c if !ascii && c >= '\u{7f}' => continue,
             _ => "",
         };
         let _ = out.write_str(&text[plain..at]);
@@ -241,38 +303,43 @@ pub(crate) fn write_string<W: Write>(out: &mut W, text: &str) {
     let _ = out.write_char('"');
 }
 
-fn write_value<W: Write>(out: &mut W, value: &Value) {
+fn write_value<W: Write>(out: &mut W, value: &Value, style: Style) {
     match value {
         Value::Null => push(out, "null"),
         Value::Bool(true) => push(out, "true"),
         Value::Bool(false) => push(out, "false"),
         Value::Number(number) => match classify(number) {
             PyNumber::Int(digits) => push(out, &digits),
+            PyNumber::Float(float) if style.keep_overflow && !float.is_finite() => {
+                push(out, number.as_str());
+            }
             PyNumber::Float(float) => push(out, &python_float_repr(float)),
         },
-        Value::String(text) => write_string(out, text),
+        Value::String(text) => write_string_in(out, text, style.ascii),
         Value::Array(items) => {
             push(out, "[");
             for (index, item) in items.iter().enumerate() {
                 if index > 0 {
-                    push(out, ",");
+                    push(out, style.item);
                 }
-                write_value(out, item);
+                write_value(out, item, style);
             }
             push(out, "]");
         }
         Value::Object(map) => {
-            // Sort explicitly: the workspace's `serde_json` keeps insertion order.
             let mut entries: Vec<(&String, &Value)> = map.iter().collect();
-            entries.sort_by(|a, b| a.0.cmp(b.0));
+            if style.sorted {
+                // Sort explicitly: the workspace's `serde_json` keeps insertion order.
+                entries.sort_by(|a, b| a.0.cmp(b.0));
+            }
             push(out, "{");
             for (index, (key, item)) in entries.into_iter().enumerate() {
                 if index > 0 {
-                    push(out, ",");
+                    push(out, style.item);
                 }
-                write_string(out, key);
-                push(out, ":");
-                write_value(out, item);
+                write_string_in(out, key, style.ascii);
+                push(out, style.key);
+                write_value(out, item, style);
             }
             push(out, "}");
         }
@@ -288,6 +355,25 @@ fn push<W: Write>(out: &mut W, text: &str) {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn python_dumps_keeps_order_spaces_and_non_ascii() {
+        let value: Value = serde_json::from_str(
+            r#"{"z": [1, 1.0, 1e-5, 100000000000000000000], "é": "\u001f\u007f☃", "a": {}}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            python_dumps(&value),
+            "{\"z\": [1, 1.0, 1e-05, 100000000000000000000], \"\u{e9}\": \"\\u001f\u{7f}\u{2603}\", \"a\": {}}"
+        );
+    }
+
+    #[test]
+    fn python_dumps_keeps_an_overflowing_literal_readable() {
+        let value: Value = serde_json::from_str("[1e400, -1e400]").unwrap();
+        assert_eq!(python_dumps(&value), "[1e+400, -1e+400]");
+        assert_eq!(canonical_json(&value), "[Infinity,-Infinity]");
+    }
 
     #[test]
     fn keys_are_sorted_by_code_point_and_separators_are_compact() {

@@ -30,12 +30,19 @@ Commands:
                  "timed_out": bool}. The handler returns {"doubled": n * 2, "worker": "python",
                  "echo": payload.get("echo")}, sleeps payload["sleep_s"] first when given, and
                  raises ValueError when payload["fail"] is true.
+  state-save     backend ("postgres", "mysql" or "sqlite"), dsn, key, value, [kind ("state" or
+                 "cursor"), table, key_column, value_column, updated_at_column, auto_create,
+                 datetimes (a cursor's list components given as {"datetime": iso} become
+                 datetime objects)] -> saves through the reference's SQLAlchemy store -> {}
+  state-load     the same fields but value -> {"found": bool, "text": json.dumps(value,
+                 ensure_ascii=False) with datetimes as {"datetime": iso}}
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import importlib
 import json
 import sys
 import time
@@ -235,6 +242,51 @@ async def cmd_work(args: dict[str, Any]) -> dict[str, Any]:
     return {"handled": handled, "statuses": statuses, "timed_out": timed_out}
 
 
+def make_state_store(args: dict[str, Any]) -> Any:
+    module = importlib.import_module(f"onestep_sql.{args['backend']}")
+    cls = module.SQLAlchemyCursorStore if args.get("kind") == "cursor" else module.SQLAlchemyStateStore
+    names = ("table", "key_column", "value_column", "updated_at_column")
+    options = {name: args[name] for name in names if name in args}
+    if args.get("kind") == "cursor":
+        # The defaults the connectors' cursor_store() factories pass (the class's own are the
+        # state table's).
+        options.setdefault("key_column", "cursor_key")
+        options.setdefault("value_column", "cursor_value")
+    return cls(dsn=args["dsn"], auto_create=args.get("auto_create", True), **options)
+
+
+def with_datetimes(value: Any) -> Any:
+    if isinstance(value, dict) and set(value) == {"datetime"}:
+        return datetime.fromisoformat(value["datetime"])
+    if isinstance(value, list):
+        return [with_datetimes(item) for item in value]
+    return value
+
+
+async def cmd_state_save(args: dict[str, Any]) -> dict[str, Any]:
+    store = make_state_store(args)
+    try:
+        value = with_datetimes(args["value"]) if args.get("datetimes") else args["value"]
+        await store.save(args["key"], value)
+    finally:
+        await store.close()
+    return {}
+
+
+async def cmd_state_load(args: dict[str, Any]) -> dict[str, Any]:
+    store = make_state_store(args)
+    try:
+        value = await store.load(args["key"])
+    finally:
+        await store.close()
+    if value is None:
+        return {"found": False, "text": None}
+    text = json.dumps(
+        value, ensure_ascii=False, default=lambda d: {"datetime": d.isoformat()}
+    )
+    return {"found": True, "text": text}
+
+
 COMMANDS = {
     "versions": cmd_versions,
     "create-tables": cmd_create_tables,
@@ -245,6 +297,8 @@ COMMANDS = {
     "cancel": cmd_cancel,
     "complete": cmd_complete,
     "work": cmd_work,
+    "state-save": cmd_state_save,
+    "state-load": cmd_state_load,
 }
 
 

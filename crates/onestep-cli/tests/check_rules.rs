@@ -536,11 +536,17 @@ fn the_stock_catalog_has_every_crate_s_types_documented_as_read() {
             "interval",
             "memory",
             "mysql",
+            "mysql_cursor_store",
             "mysql_execution_source",
+            "mysql_state_store",
             "postgres",
+            "postgres_cursor_store",
             "postgres_execution_source",
+            "postgres_state_store",
             "sqlite",
+            "sqlite_cursor_store",
             "sqlite_execution_source",
+            "sqlite_state_store",
             "webhook"
         ]
     );
@@ -571,5 +577,62 @@ fn connector_references_name_what_they_need() {
     assert_eq!(
         problems(&yaml)[0].1,
         "unknown resource \"nowhere\"; define the connector under resources"
+    );
+}
+
+#[test]
+fn state_stores_and_app_state_are_checked() {
+    let with_store = |app_state: &str, store: &str| {
+        VALID
+            .replace(
+                "  name: demo\n",
+                &format!("  name: demo\n  state: {app_state}\n"),
+            )
+            .replace("  queue:\n", &format!("{store}  queue:\n"))
+    };
+    let store = "  kv:\n    type: sqlite_state_store\n    connector: db\n    table: app_state\n";
+    assert_eq!(problems(&with_store("kv", store)), Vec::new());
+    let cursors = "  kv:\n    type: sqlite_cursor_store\n    connector: db\n";
+    assert_eq!(problems(&with_store("queue", cursors))[0].0, "app.state");
+    expect(
+        &with_store("queue", store),
+        "app.state",
+        "resource \"queue\" of type memory cannot be used as a state_store",
+    );
+    expect(
+        &with_store("missing", store),
+        "app.state",
+        "unknown resource \"missing\"",
+    );
+    expect(
+        &with_store("kv", &store.replace("table: app_state", "table: app-state")),
+        "resources.kv.table",
+        "must be a non-empty SQL identifier",
+    );
+    expect(
+        &with_store(
+            "kv",
+            &store.replace("table: app_state", "value_column: state_key"),
+        ),
+        "resources.kv.value_column",
+        "must name another column than key_column",
+    );
+    expect(
+        &with_store("kv", &store.replace("connector: db", "connector: queue")),
+        "resources.kv.connector",
+        "queue",
+    );
+    expect(
+        &with_store(
+            "kv",
+            &store.replace("table: app_state", "auto_create: maybe"),
+        ),
+        "resources.kv.auto_create",
+        "expected true or false",
+    );
+    expect(
+        &with_store("kv", &store.replace("table: app_state", "tabel: x")),
+        "resources.kv.tabel",
+        "unsupported field for sqlite_state_store",
     );
 }

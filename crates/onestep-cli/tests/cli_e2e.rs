@@ -579,3 +579,75 @@ fn webhooks_of_one_app_share_their_port() {
     let out = worker.wait_with_output().unwrap();
     assert_eq!((first, second), (Some(202), Some(202)), "{}", text(&out));
 }
+
+/// A state store declared with `auto_create: false` fails `check --connect` until `init-db
+/// --state-table` creates its table; `catalog --role` lists the store types.
+#[test]
+fn init_db_creates_the_state_tables_check_connect_finds() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("app.db");
+    let dsn = format!("sqlite://{}?mode=rwc", db.display());
+    let yaml = dir.path().join("worker.yaml");
+    std::fs::write(
+        &yaml,
+        format!(
+            "apiVersion: onestep/v1alpha1\nkind: App\napp: {{name: x, state: kv}}\nresources:\n  \
+             db: {{type: sqlite, dsn: \"{dsn}\"}}\n  \
+             kv: {{type: sqlite_state_store, connector: db, table: kv, auto_create: false}}\n  \
+             cursors: {{type: sqlite_cursor_store, connector: db, table: marks, auto_create: false}}\n  \
+             q: {{type: memory, maxsize: 1}}\ntasks:\n  - {{name: t, source: q, handler: onestep:echo}}\n"
+        ),
+    )
+    .unwrap();
+    let o = onestep(&["check", "--strict", yaml.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let o = onestep(&["check", "--connect", yaml.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("x kv:"), "{}", text(&o));
+    assert!(text(&o).contains("x cursors:"), "{}", text(&o));
+
+    let o = onestep(&[
+        "init-db",
+        "--dsn",
+        &dsn,
+        "--state-table",
+        "kv",
+        "--cursor-table",
+        "marks",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(text(&o).contains("kv exists"), "{}", text(&o));
+    let o = onestep(&["check", "--connect", yaml.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(
+        text(&o).contains("ok kv") && text(&o).contains("ok cursors"),
+        "{}",
+        text(&o)
+    );
+
+    let o = onestep(&["init-db", "--dsn", &dsn, "--state-table", "bad name"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        text(&o).contains("--state-table must be a non-empty SQL identifier"),
+        "{}",
+        text(&o)
+    );
+
+    let o = onestep(&["catalog", "--role", "state_store"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let types: Vec<&str> = std::str::from_utf8(&o.stdout)
+        .unwrap()
+        .lines()
+        .filter(|l| !l.starts_with(' ') && !l.starts_with("handlers"))
+        .collect();
+    assert_eq!(
+        types,
+        [
+            "mysql_state_store (state_store)",
+            "postgres_state_store (state_store)",
+            "sqlite_state_store (state_store)"
+        ]
+    );
+    let o = onestep(&["catalog", "--role", "stat"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+}

@@ -133,23 +133,27 @@ impl ScopedState {
         }
     }
 
-    fn key(&self, key: &str) -> String {
-        format!("{}:{key}", self.scope)
+    /// `<scope>:<key>`; an empty key is refused, as the reference refuses it.
+    fn key(&self, key: &str) -> Result<String> {
+        if key.is_empty() {
+            return Err(crate::Error::invalid("key", "must not be empty"));
+        }
+        Ok(format!("{}:{key}", self.scope))
     }
 
     /// The value under `key` in this scope.
     pub async fn load(&self, key: &str) -> Result<Option<Value>> {
-        self.store.load(&self.key(key)).await
+        self.store.load(&self.key(key)?).await
     }
 
     /// Stores `value` under `key` in this scope.
     pub async fn save(&self, key: &str, value: Value) -> Result<()> {
-        self.store.save(&self.key(key), value).await
+        self.store.save(&self.key(key)?, value).await
     }
 
     /// Removes `key` from this scope.
     pub async fn delete(&self, key: &str) -> Result<()> {
-        self.store.delete(&self.key(key)).await
+        self.store.delete(&self.key(key)?).await
     }
 }
 
@@ -175,5 +179,8 @@ mod tests {
         assert_eq!(store.load("app:a:n").await.unwrap(), Some(Value::from(1)));
         a.delete("n").await.unwrap();
         assert_eq!(a.load("n").await.unwrap(), None);
+        let err = a.save("", Value::from(1)).await.unwrap_err();
+        assert_eq!(err.to_string(), "key must not be empty");
+        assert_eq!(store.load("app:a:").await.unwrap(), None);
     }
 }

@@ -7,8 +7,8 @@ mod support;
 
 use std::sync::Arc;
 
-use onestep_core::state::{CursorStore, StateStore};
 use onestep_core::Error;
+use onestep_core::state::{CursorStore, StateStore};
 use onestep_sql::state::{SqlCursorStore, SqlStateStore, StateTable};
 use onestep_sql::{Dialect, SqlConnector};
 use serde_json::{Value, json};
@@ -262,3 +262,83 @@ suite!(
     sqlite_connector(),
     raw_sqlite
 );
+
+/// Runs one app over `store` that counts `deliveries` messages in `ctx.state()`, until all are
+/// handled, then stops it: what one process lifetime of a worker does.
+async fn count_in_one_process(store: Arc<dyn StateStore>, deliveries: usize) -> Value {
+    use onestep_core::{MemoryQueue, OneStepApp, Sink, Task, TaskContext, TaskError};
+    let queue = MemoryQueue::new("ticks", 100).unwrap();
+    for i in 0..deliveries {
+        queue.publish(json!(i), Default::default()).await.unwrap();
+    }
+    let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel();
+    let handler = move |ctx: TaskContext, _: Value| {
+        let done = done_tx.clone();
+        async move {
+            let state = ctx.state();
+            let count = state
+                .load("count")
+                .await?
+                .and_then(|v| v.as_u64())
+                .unwrap_or(0);
+            state.save("count", json!(count + 1)).await?;
+            let _ = done.send(());
+            Ok::<_, TaskError>(Value::Null)
+        }
+    };
+    let app = OneStepApp::builder("counter")
+        .state(store.clone())
+        .task(
+            Task::new("tick")
+                .source(queue)
+                .concurrency(1)
+                .handler(handler),
+        )
+        .build()
+        .unwrap();
+    let handle = app.handle();
+    let worker = tokio::spawn(async move { app.serve().await });
+    for _ in 0..deliveries {
+        tokio::time::timeout(std::time::Duration::from_secs(10), done_rx.recv())
+            .await
+            .expect("a delivery within 10 s")
+            .unwrap();
+    }
+    handle.request_shutdown();
+    worker.await.unwrap().unwrap();
+    store.load("counter:tick:count").await.unwrap().unwrap()
+}
+
+/// `ctx.state()` over a SQL store outlives the process: a second app over a new store object on
+/// the same table (a restarted worker) continues the count, under the reference's key
+/// `<app>:<task>:<key>`.
+async fn task_state_survives_a_restart<D: Dialect>(connector: SqlConnector<D>) {
+    let table = StateTable::state().with_table(table_name("durable"));
+    let first: Arc<dyn StateStore> =
+        Arc::new(SqlStateStore::new(connector.clone(), table.clone()).unwrap());
+    assert_eq!(count_in_one_process(first, 3).await, json!(3));
+    let restarted: Arc<dyn StateStore> = Arc::new(SqlStateStore::new(connector, table).unwrap());
+    assert_eq!(count_in_one_process(restarted, 2).await, json!(5));
+}
+
+#[tokio::test]
+async fn postgres_task_state_survives_a_restart() {
+    task_state_survives_a_restart(
+        SqlConnector::<onestep_sql::postgres::Postgres>::new(&support::postgres_url()).unwrap(),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn sqlite_task_state_survives_a_restart() {
+    let (connector, _dir) = sqlite_connector();
+    task_state_survives_a_restart(connector).await;
+}
+
+#[tokio::test]
+async fn mysql_task_state_survives_a_restart() {
+    task_state_survives_a_restart(
+        SqlConnector::<onestep_sql::mysql::MySql>::new(&support::mysql_url()).unwrap(),
+    )
+    .await;
+}

@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use onestep_core::catalog::{BuildContext, Built};
+
 use crate::config;
 use crate::registry::Registry;
 
@@ -119,7 +121,7 @@ async fn connect(spec: &config::AppSpec, registry: &Registry, timeout: Duration,
             println!("{line}");
         }
     };
-    let mut ctx = onestep_core::catalog::BuildContext::new(registry.catalog(), &spec.resources);
+    let mut ctx = BuildContext::new(registry.catalog(), &spec.resources);
     let mut failed = 0;
     for r in &spec.resources {
         let built = match ctx.get(&r.name) {
@@ -130,10 +132,21 @@ async fn connect(spec: &config::AppSpec, registry: &Registry, timeout: Duration,
                 continue;
             }
         };
-        let resource = built.resource();
+        // A store has no lifecycle: reading one key shows it connects and finds (or, with
+        // auto_create, makes) its table.
+        let probe = "onestep:check";
         let outcome = tokio::time::timeout(timeout, async {
-            resource.open().await?;
-            resource.close().await
+            match &built {
+                Built::StateStore(store) => store.load(probe).await.map(drop),
+                Built::CursorStore(store) => store.load(probe).await.map(drop),
+                _ => match built.resource() {
+                    Some(resource) => {
+                        resource.open().await?;
+                        resource.close().await
+                    }
+                    None => Ok(()),
+                },
+            }
         })
         .await;
         match outcome {

@@ -21,6 +21,12 @@ pub fn build_app(spec: &AppSpec, registry: &Registry) -> Result<OneStepApp, Stri
     let mut builder = OneStepApp::builder(&spec.name)
         .config(spec.config.clone())
         .shutdown_timeout(spec.shutdown_timeout_s.map(Duration::from_secs_f64));
+    if let Some(state) = &spec.state {
+        builder = builder.state(
+            ctx.state_store(state)
+                .map_err(|e| format!("app.state: {e}"))?,
+        );
+    }
     for lifecycle in ctx.take_lifecycles() {
         builder = builder.resource(lifecycle);
     }

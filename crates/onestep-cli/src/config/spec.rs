@@ -29,6 +29,8 @@ pub struct AppSpec {
     pub log_level: String,
     /// `app.logging.format`: `text` (default) or `json`.
     pub log_format: String,
+    /// `app.state`: the state store resource behind `ctx.state()` (in memory when absent).
+    pub state: Option<String>,
     /// `resources`, in document order.
     pub resources: Vec<ResourceSpec>,
     /// `tasks`, in document order.
@@ -175,12 +177,7 @@ fn app_spec(root: &Value, registry: &Registry, c: &mut Checker<'_>) -> Option<Ap
             "failure capture is not supported by this port yet; remove it",
         );
     }
-    if app.get("state").is_some_and(|s| !s.is_null()) {
-        c.problem(
-            "app.state",
-            "state stores are not available in YAML yet; remove the field",
-        );
-    }
+    let state = c.opt_string(app, "state", "app");
     c.opt_bool(app, "strict_env", "app");
     if let Some(v) = app
         .get("env_file")
@@ -253,6 +250,9 @@ fn app_spec(root: &Value, registry: &Registry, c: &mut Checker<'_>) -> Option<Ap
     for problem in registry.catalog().check(&resources, c.strict) {
         c.problem(&problem.path, problem.message);
     }
+    if let Some(name) = &state {
+        resource_ref(c, registry, &resources, name, "app.state", Role::StateStore);
+    }
 
     let mut tasks = Vec::new();
     match top.get("tasks") {
@@ -285,6 +285,7 @@ fn app_spec(root: &Value, registry: &Registry, c: &mut Checker<'_>) -> Option<Ap
         config: app.get("config").cloned().unwrap_or(Value::Null),
         log_level,
         log_format,
+        state,
         resources,
         tasks,
     })

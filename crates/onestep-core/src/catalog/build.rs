@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use super::{BuildError, Built, Catalog, ResourceSpec};
 use crate::source::{Resource, Sink, Source};
+use crate::state::{CursorStore, StateStore};
 
 /// The resources of one app being built: a type's [`build`](super::ResourceType::build) asks
 /// it for the resources it names, built on first use (a cycle of references is an error), and
@@ -91,6 +92,26 @@ impl<'a> BuildContext<'a> {
         match self.get(name)? {
             Built::Sink(s) | Built::Both { sink: s, .. } => Ok(s),
             _ => Err(BuildError::new(format!("resource {name:?} is not a sink"))),
+        }
+    }
+
+    /// The resource `name` as a state store.
+    pub fn state_store(&mut self, name: &str) -> Result<Arc<dyn StateStore>, BuildError> {
+        match self.get(name)? {
+            Built::StateStore(s) => Ok(s),
+            _ => Err(BuildError::new(format!(
+                "resource {name:?} is not a state store"
+            ))),
+        }
+    }
+
+    /// The resource `name` as a cursor store.
+    pub fn cursor_store(&mut self, name: &str) -> Result<Arc<dyn CursorStore>, BuildError> {
+        match self.get(name)? {
+            Built::CursorStore(s) => Ok(s),
+            _ => Err(BuildError::new(format!(
+                "resource {name:?} is not a cursor store"
+            ))),
         }
     }
 

@@ -56,6 +56,7 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 use crate::source::{Resource, Sink, Source};
+use crate::state::{CursorStore, StateStore};
 
 pub use build::BuildContext;
 pub use fields::{Fields, Reference, child, normalize_type, type_name};
@@ -70,15 +71,22 @@ pub enum Role {
     Sink,
     /// Shared by other resources that name it (`connector: pg`).
     Connector,
+    /// Durable key-value state: `app.state`, behind `ctx.state()`.
+    StateStore,
+    /// Where an incremental source keeps how far it has read.
+    CursorStore,
 }
 
 impl Role {
-    /// The word YAML and messages use (`source`, `sink`, `connector`).
+    /// The word YAML and messages use (`source`, `sink`, `connector`, `state_store`,
+    /// `cursor_store`).
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Source => "source",
             Self::Sink => "sink",
             Self::Connector => "connector",
+            Self::StateStore => "state_store",
+            Self::CursorStore => "cursor_store",
         }
     }
 }
@@ -234,6 +242,10 @@ pub enum Built {
         /// Opened and closed with the app.
         lifecycle: Arc<dyn Resource>,
     },
+    /// A state store (`app.state`).
+    StateStore(Arc<dyn StateStore>),
+    /// A cursor store other resources name (`state: <name>`).
+    CursorStore(Arc<dyn CursorStore>),
 }
 
 impl Built {
@@ -245,12 +257,14 @@ impl Built {
         }
     }
 
-    /// Its lifecycle: what `open` and `close` act on.
-    pub fn resource(&self) -> Arc<dyn Resource> {
+    /// Its lifecycle: what `open` and `close` act on; `None` for the stores, which have none
+    /// (they connect on first use).
+    pub fn resource(&self) -> Option<Arc<dyn Resource>> {
         match self {
-            Self::Source(s) | Self::Both { source: s, .. } => s.clone(),
-            Self::Sink(s) => s.clone(),
-            Self::Connector { lifecycle, .. } => lifecycle.clone(),
+            Self::Source(s) | Self::Both { source: s, .. } => Some(s.clone()),
+            Self::Sink(s) => Some(s.clone()),
+            Self::Connector { lifecycle, .. } => Some(lifecycle.clone()),
+            Self::StateStore(_) | Self::CursorStore(_) => None,
         }
     }
 }

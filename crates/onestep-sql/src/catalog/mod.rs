@@ -1,5 +1,6 @@
 //! This crate's resource types for declarative apps: the `postgres`, `mysql` and `sqlite`
-//! connectors and their `*_execution_source`s (one pair per enabled dialect feature).
+//! connectors, and over each its `*_execution_source`, `*_state_store` and `*_cursor_store`
+//! (one set per enabled dialect feature).
 //!
 //! ```
 //! let mut catalog = onestep_core::catalog::Catalog::core();
@@ -20,26 +21,60 @@ use onestep_core::execution::{ExecutionSource, ExecutionSourceOptions, LeasedExe
 use serde_json::Value;
 
 use crate::{BackendOptions, Dialect, PoolSettings, SqlConnector, SqlExecutionBackend};
+use state::{StoreKind, StoreType};
 
-/// Adds a connector and an execution source type for every enabled dialect.
+mod state;
+
+/// Adds the connector and its resource types for every enabled dialect.
 pub fn register(catalog: &mut Catalog) {
     #[cfg(feature = "postgres")]
-    add::<crate::postgres::Postgres>(catalog, "postgres_execution_source");
+    add::<crate::postgres::Postgres>(
+        catalog,
+        [
+            "postgres_execution_source",
+            "postgres_state_store",
+            "postgres_cursor_store",
+        ],
+    );
     #[cfg(feature = "mysql")]
-    add::<crate::mysql::MySql>(catalog, "mysql_execution_source");
+    add::<crate::mysql::MySql>(
+        catalog,
+        [
+            "mysql_execution_source",
+            "mysql_state_store",
+            "mysql_cursor_store",
+        ],
+    );
     #[cfg(feature = "sqlite")]
-    add::<crate::sqlite::Sqlite>(catalog, "sqlite_execution_source");
+    add::<crate::sqlite::Sqlite>(
+        catalog,
+        [
+            "sqlite_execution_source",
+            "sqlite_state_store",
+            "sqlite_cursor_store",
+        ],
+    );
 }
 
-/// Adds `D`'s connector (named `D::NAME`) and execution source (named `source_type`).
-fn add<D: Dialect>(catalog: &mut Catalog, source_type: &'static str)
+/// Adds `D`'s connector (named `D::NAME`), execution source, state store and cursor store.
+fn add<D: Dialect>(catalog: &mut Catalog, [source, state, cursor]: [&'static str; 3])
 where
     SqlExecutionBackend<D>: LeasedExecutionBackend,
 {
     catalog
         .add(ConnectorType::<D>(PhantomData))
         .add(ExecutionSourceType::<D> {
-            name: source_type,
+            name: source,
+            dialect: PhantomData,
+        })
+        .add(StoreType::<D> {
+            name: state,
+            kind: StoreKind::State,
+            dialect: PhantomData,
+        })
+        .add(StoreType::<D> {
+            name: cursor,
+            kind: StoreKind::Cursor,
             dialect: PhantomData,
         });
 }
@@ -387,11 +422,17 @@ mod tests {
             catalog.names(),
             [
                 "mysql",
+                "mysql_cursor_store",
                 "mysql_execution_source",
+                "mysql_state_store",
                 "postgres",
+                "postgres_cursor_store",
                 "postgres_execution_source",
+                "postgres_state_store",
                 "sqlite",
-                "sqlite_execution_source"
+                "sqlite_cursor_store",
+                "sqlite_execution_source",
+                "sqlite_state_store"
             ]
         );
     }

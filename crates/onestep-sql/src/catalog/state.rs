@@ -1,0 +1,165 @@
+//! `type: <dialect>_state_store` and `<dialect>_cursor_store`: the reference's key-value tables
+//! through a connector ([`crate::state`]).
+
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use onestep_core::catalog::{
+    BuildContext, BuildError, Built, FieldDoc, Fields, ResourceType, Role,
+};
+
+use crate::state::{SqlCursorStore, SqlStateStore, StateTable};
+use crate::{Dialect, SqlConnector};
+
+/// What a store resource reads into: the connector it names and its table.
+pub(super) struct StoreSpec {
+    connector: String,
+    table: StateTable,
+}
+
+/// Which store a type builds.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum StoreKind {
+    State,
+    Cursor,
+}
+
+/// A state or cursor store type of dialect `D`, named `name`.
+pub(super) struct StoreType<D> {
+    pub(super) name: &'static str,
+    pub(super) kind: StoreKind,
+    pub(super) dialect: PhantomData<fn() -> D>,
+}
+
+const STATE_FIELDS: &[FieldDoc] = &[
+    FieldDoc::required("connector", "string", "the connector resource"),
+    FieldDoc::optional("table", "string", Some("onestep_state"), "the state table"),
+    FieldDoc::optional(
+        "key_column",
+        "string",
+        Some("state_key"),
+        "primary-key column",
+    ),
+    FieldDoc::optional(
+        "value_column",
+        "string",
+        Some("state_value"),
+        "column of the JSON text",
+    ),
+    FieldDoc::optional(
+        "updated_at_column",
+        "string",
+        Some("updated_at"),
+        "column of the last save time",
+    ),
+    FieldDoc::optional(
+        "auto_create",
+        "boolean",
+        Some("true"),
+        "create the table when missing",
+    ),
+];
+
+const CURSOR_FIELDS: &[FieldDoc] = &[
+    FieldDoc::required("connector", "string", "the connector resource"),
+    FieldDoc::optional(
+        "table",
+        "string",
+        Some("onestep_cursor"),
+        "the cursor table",
+    ),
+    FieldDoc::optional(
+        "key_column",
+        "string",
+        Some("cursor_key"),
+        "primary-key column",
+    ),
+    FieldDoc::optional(
+        "value_column",
+        "string",
+        Some("cursor_value"),
+        "column of the JSON text",
+    ),
+    FieldDoc::optional(
+        "updated_at_column",
+        "string",
+        Some("updated_at"),
+        "column of the last save time",
+    ),
+    FieldDoc::optional(
+        "auto_create",
+        "boolean",
+        Some("true"),
+        "create the table when missing",
+    ),
+];
+
+impl<D: Dialect> ResourceType for StoreType<D> {
+    type Options = StoreSpec;
+
+    fn name(&self) -> &'static str {
+        self.name
+    }
+
+    fn roles(&self) -> &'static [Role] {
+        match self.kind {
+            StoreKind::State => &[Role::StateStore],
+            StoreKind::Cursor => &[Role::CursorStore],
+        }
+    }
+
+    fn fields(&self) -> &'static [FieldDoc] {
+        match self.kind {
+            StoreKind::State => STATE_FIELDS,
+            StoreKind::Cursor => CURSOR_FIELDS,
+        }
+    }
+
+    fn read(&self, f: &mut Fields<'_>) -> Option<StoreSpec> {
+        let connector = f.reference("connector", Role::Connector, Some(D::NAME));
+        let mut table = match self.kind {
+            StoreKind::State => StateTable::state(),
+            StoreKind::Cursor => StateTable::cursor(),
+        };
+        for (key, slot) in [
+            ("table", &mut table.table),
+            ("key_column", &mut table.key_column),
+            ("value_column", &mut table.value_column),
+            ("updated_at_column", &mut table.updated_at_column),
+        ] {
+            if let Some(name) = f.opt_string(key) {
+                *slot = name;
+            }
+        }
+        if let Some(auto_create) = f.opt_bool("auto_create") {
+            table.auto_create = auto_create;
+        }
+        if let Err(onestep_core::Error::InvalidArgument { field, message }) =
+            table.validate(D::SCHEMA)
+        {
+            f.problem(&field, message);
+        }
+        Some(StoreSpec {
+            connector: connector?,
+            table,
+        })
+    }
+
+    fn build(
+        &self,
+        _name: &str,
+        spec: StoreSpec,
+        ctx: &mut BuildContext<'_>,
+    ) -> Result<Built, BuildError> {
+        let connector = ctx.connector::<SqlConnector<D>>(&spec.connector, D::NAME)?;
+        let connector = SqlConnector::clone(&connector);
+        Ok(match self.kind {
+            StoreKind::State => {
+                Built::StateStore(Arc::new(SqlStateStore::new(connector, spec.table)?))
+            }
+            StoreKind::Cursor => {
+                Built::CursorStore(Arc::new(SqlCursorStore::new(connector, spec.table)?))
+            }
+        })
+    }
+}

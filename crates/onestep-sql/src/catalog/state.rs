@@ -31,68 +31,39 @@ pub(super) struct StoreType<D> {
     pub(super) dialect: PhantomData<fn() -> D>,
 }
 
-const STATE_FIELDS: &[FieldDoc] = &[
-    FieldDoc::required("connector", "string", "the connector resource"),
-    FieldDoc::optional("table", "string", Some("onestep_state"), "the state table"),
-    FieldDoc::optional(
-        "key_column",
-        "string",
-        Some("state_key"),
-        "primary-key column",
-    ),
-    FieldDoc::optional(
-        "value_column",
-        "string",
-        Some("state_value"),
-        "column of the JSON text",
-    ),
-    FieldDoc::optional(
-        "updated_at_column",
-        "string",
-        Some("updated_at"),
-        "column of the last save time",
-    ),
-    FieldDoc::optional(
-        "auto_create",
-        "boolean",
-        Some("true"),
-        "create the table when missing",
-    ),
-];
+/// The fields of a store type whose table defaults to `table (key, value, updated_at)`.
+const fn store_fields(
+    table: &'static str,
+    key: &'static str,
+    value: &'static str,
+) -> [FieldDoc; 6] {
+    [
+        FieldDoc::required("connector", "string", "the connector resource"),
+        FieldDoc::optional("table", "string", Some(table), "the table"),
+        FieldDoc::optional("key_column", "string", Some(key), "primary-key column"),
+        FieldDoc::optional(
+            "value_column",
+            "string",
+            Some(value),
+            "column of the JSON text",
+        ),
+        FieldDoc::optional(
+            "updated_at_column",
+            "string",
+            Some("updated_at"),
+            "column of the last save time",
+        ),
+        FieldDoc::optional(
+            "auto_create",
+            "boolean",
+            Some("true"),
+            "create the table when missing",
+        ),
+    ]
+}
 
-const CURSOR_FIELDS: &[FieldDoc] = &[
-    FieldDoc::required("connector", "string", "the connector resource"),
-    FieldDoc::optional(
-        "table",
-        "string",
-        Some("onestep_cursor"),
-        "the cursor table",
-    ),
-    FieldDoc::optional(
-        "key_column",
-        "string",
-        Some("cursor_key"),
-        "primary-key column",
-    ),
-    FieldDoc::optional(
-        "value_column",
-        "string",
-        Some("cursor_value"),
-        "column of the JSON text",
-    ),
-    FieldDoc::optional(
-        "updated_at_column",
-        "string",
-        Some("updated_at"),
-        "column of the last save time",
-    ),
-    FieldDoc::optional(
-        "auto_create",
-        "boolean",
-        Some("true"),
-        "create the table when missing",
-    ),
-];
+const STATE_FIELDS: [FieldDoc; 6] = store_fields("onestep_state", "state_key", "state_value");
+const CURSOR_FIELDS: [FieldDoc; 6] = store_fields("onestep_cursor", "cursor_key", "cursor_value");
 
 impl<D: Dialect> ResourceType for StoreType<D> {
     type Options = StoreSpec;
@@ -110,8 +81,8 @@ impl<D: Dialect> ResourceType for StoreType<D> {
 
     fn fields(&self) -> &'static [FieldDoc] {
         match self.kind {
-            StoreKind::State => STATE_FIELDS,
-            StoreKind::Cursor => CURSOR_FIELDS,
+            StoreKind::State => &STATE_FIELDS,
+            StoreKind::Cursor => &CURSOR_FIELDS,
         }
     }
 

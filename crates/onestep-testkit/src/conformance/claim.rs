@@ -6,13 +6,8 @@ use onestep_core::execution::{
     SubmitOptions,
 };
 use serde_json::json;
-use time::OffsetDateTime;
 
 use super::*;
-
-fn after(setup: &Setup, s: f64) -> OffsetDateTime {
-    setup.clock.now() + secs(s)
-}
 
 /// Delayed work is invisible to claims until its `available_at`.
 pub async fn claim_skips_delayed_execution_until_available_at<F: BackendFactory>(f: &F) {

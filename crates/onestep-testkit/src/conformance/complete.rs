@@ -8,13 +8,8 @@ use onestep_core::execution::{
     ExecutionStatus, LeasedExecutionBackend,
 };
 use serde_json::{Value, json};
-use time::OffsetDateTime;
 
 use super::*;
-
-fn after(setup: &Setup, s: f64) -> OffsetDateTime {
-    setup.clock.now() + secs(s)
-}
 
 /// A successful completion stores the result, clears the lease and finishes the execution.
 pub async fn complete_success_updates_the_execution_and_its_attempt<F: BackendFactory>(f: &F) {

@@ -1,17 +1,11 @@
 //! Holding a lease: heartbeats one by one and in batches, fencing by token, release, versions.
 
-use onestep_core::clock::Clock;
 use onestep_core::execution::{
     ExecutionBackend, ExecutionCompletion, ExecutionStatus, LeasedExecutionBackend,
 };
 use serde_json::json;
-use time::OffsetDateTime;
 
 use super::*;
-
-fn after(setup: &Setup, s: f64) -> OffsetDateTime {
-    setup.clock.now() + secs(s)
-}
 
 /// A heartbeat renews only the lease it names; a wrong token or attempt is a lost lease.
 pub async fn heartbeat_extends_only_the_matching_lease<F: BackendFactory>(f: &F) {

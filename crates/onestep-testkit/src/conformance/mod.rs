@@ -58,6 +58,12 @@ fn secs(n: f64) -> Duration {
     Duration::from_secs_f64(n)
 }
 
+/// The setup clock's time `s` seconds from now.
+fn after(setup: &Setup, s: f64) -> time::OffsetDateTime {
+    use onestep_core::clock::Clock;
+    setup.clock.now() + secs(s)
+}
+
 async fn claim<B: LeasedExecutionBackend>(
     b: &B,
     task: &str,

@@ -539,14 +539,17 @@ fn the_stock_catalog_has_every_crate_s_types_documented_as_read() {
             "mysql_cursor_store",
             "mysql_execution_source",
             "mysql_state_store",
+            "mysql_table_queue",
             "postgres",
             "postgres_cursor_store",
             "postgres_execution_source",
             "postgres_state_store",
+            "postgres_table_queue",
             "sqlite",
             "sqlite_cursor_store",
             "sqlite_execution_source",
             "sqlite_state_store",
+            "sqlite_table_queue",
             "webhook"
         ]
     );
@@ -634,5 +637,44 @@ fn state_stores_and_app_state_are_checked() {
         &with_store("kv", &store.replace("table: app_state", "tabel: x")),
         "resources.kv.tabel",
         "unsupported field for sqlite_state_store",
+    );
+}
+
+#[test]
+fn table_queues_are_checked_field_by_field() {
+    let queue = "  tickets:\n    type: sqlite_table_queue\n    connector: db\n    table: tickets\n    \
+                 key: id\n    where: \"status = 'new'\"\n    claim: {status: working}\n    \
+                 ack: {status: done}\n    nack: {status: new}\n";
+    let with = |resource: &str| VALID.replace("  queue:\n", &format!("{resource}  queue:\n"));
+    assert_eq!(problems(&with(queue)), Vec::new());
+    expect(
+        &with(&queue.replace("claim: {status: working}", "claim: working")),
+        "resources.tickets.claim",
+        "expected a mapping of column: value, got a string",
+    );
+    expect(
+        &with(&queue.replace("    ack: {status: done}\n", "")),
+        "resources.tickets.ack",
+        "is required (a mapping of column: value)",
+    );
+    expect(
+        &with(&queue.replace("    where: \"status = 'new'\"\n", "")),
+        "resources.tickets.where",
+        "is required",
+    );
+    expect(
+        &with(&queue.replace("key: id", "key: \"id; drop\"")),
+        "resources.tickets.key",
+        "must be a non-empty SQL identifier",
+    );
+    expect(
+        &with(&queue.replace("nack: {status: new}", "nack: {\"st atus\": new}")),
+        "resources.tickets.nack.st atus",
+        "must be a non-empty SQL identifier",
+    );
+    expect(
+        &with(&format!("{queue}    batch_size: 0\n")),
+        "resources.tickets.batch_size",
+        ">= 1",
     );
 }

@@ -651,3 +651,76 @@ fn init_db_creates_the_state_tables_check_connect_finds() {
     let o = onestep(&["catalog", "--role", "stat"]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
 }
+
+/// A YAML worker over a `sqlite_table_queue`: the user's own table drained row by row, each
+/// row's `ack` written, then SIGTERM.
+#[test]
+fn a_yaml_worker_drains_a_sqlite_table_queue() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("tickets.db");
+    let dsn = format!("sqlite://{}?mode=rwc", db.display());
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let pool = runtime.block_on(sqlx::SqlitePool::connect(&dsn)).unwrap();
+    runtime
+        .block_on(
+            sqlx::raw_sql(
+                "CREATE TABLE tickets (id INTEGER PRIMARY KEY, status TEXT NOT NULL, title TEXT);
+                 INSERT INTO tickets VALUES (1, 'new', 'a'), (2, 'new', 'b'), (3, 'new', 'c'),
+                   (4, 'closed', 'd'), (5, 'new', 'e');",
+            )
+            .execute(&pool),
+        )
+        .unwrap();
+    let yaml = dir.path().join("worker.yaml");
+    std::fs::write(
+        &yaml,
+        format!(
+            "apiVersion: onestep/v1alpha1\nkind: App\napp: {{name: tickets}}\nresources:\n  \
+             db: {{type: sqlite, dsn: \"{dsn}\"}}\n  \
+             tickets:\n    type: sqlite_table_queue\n    connector: db\n    table: tickets\n    \
+             key: id\n    where: \"status = 'new'\"\n    claim: {{status: working}}\n    \
+             ack: {{status: done}}\n    nack: {{status: new}}\n    poll_interval_s: 0.05\n\
+             tasks:\n  - {{name: triage, source: tickets, handler: onestep:echo}}\n"
+        ),
+    )
+    .unwrap();
+    let o = onestep(&["check", "--strict", yaml.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let worker = Command::new(env!("CARGO_BIN_EXE_onestep"))
+        .args(["run", yaml.to_str().unwrap()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let statuses = || -> Vec<(i64, String)> {
+        runtime
+            .block_on(sqlx::query_as("SELECT id, status FROM tickets ORDER BY id").fetch_all(&pool))
+            .unwrap()
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while statuses().iter().any(|(_, s)| s != "done" && s != "closed") && Instant::now() < deadline
+    {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    Command::new("kill")
+        .args(["-TERM", &worker.id().to_string()])
+        .status()
+        .unwrap();
+    let out = worker.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(
+        statuses(),
+        [
+            (1, "done".to_string()),
+            (2, "done".to_string()),
+            (3, "done".to_string()),
+            (4, "closed".to_string()),
+            (5, "done".to_string()),
+        ],
+        "{}",
+        text(&out)
+    );
+}

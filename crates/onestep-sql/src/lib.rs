@@ -38,6 +38,7 @@ mod query;
 pub mod schema;
 mod sql;
 pub mod state;
+pub mod table_queue;
 
 #[cfg(feature = "mysql")]
 pub mod mysql;

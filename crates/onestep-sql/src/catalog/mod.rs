@@ -1,6 +1,6 @@
 //! This crate's resource types for declarative apps: the `postgres`, `mysql` and `sqlite`
-//! connectors, and over each its `*_execution_source`, `*_state_store` and `*_cursor_store`
-//! (one set per enabled dialect feature).
+//! connectors, and over each its `*_execution_source`, `*_state_store`, `*_cursor_store` and
+//! `*_table_queue` (one set per enabled dialect feature).
 //!
 //! ```
 //! let mut catalog = onestep_core::catalog::Catalog::core();
@@ -22,8 +22,10 @@ use serde_json::Value;
 
 use crate::{BackendOptions, Dialect, PoolSettings, SqlConnector, SqlExecutionBackend};
 use state::{StoreKind, StoreType};
+use table_queue::TableQueueType;
 
 mod state;
+mod table_queue;
 
 /// Adds the connector and its resource types for every enabled dialect.
 pub fn register(catalog: &mut Catalog) {
@@ -34,6 +36,7 @@ pub fn register(catalog: &mut Catalog) {
             "postgres_execution_source",
             "postgres_state_store",
             "postgres_cursor_store",
+            "postgres_table_queue",
         ],
     );
     #[cfg(feature = "mysql")]
@@ -43,6 +46,7 @@ pub fn register(catalog: &mut Catalog) {
             "mysql_execution_source",
             "mysql_state_store",
             "mysql_cursor_store",
+            "mysql_table_queue",
         ],
     );
     #[cfg(feature = "sqlite")]
@@ -52,12 +56,14 @@ pub fn register(catalog: &mut Catalog) {
             "sqlite_execution_source",
             "sqlite_state_store",
             "sqlite_cursor_store",
+            "sqlite_table_queue",
         ],
     );
 }
 
-/// Adds `D`'s connector (named `D::NAME`), execution source, state store and cursor store.
-fn add<D: Dialect>(catalog: &mut Catalog, [source, state, cursor]: [&'static str; 3])
+/// Adds `D`'s connector (named `D::NAME`), execution source, state store, cursor store and
+/// table queue.
+fn add<D: Dialect>(catalog: &mut Catalog, [source, state, cursor, queue]: [&'static str; 4])
 where
     SqlExecutionBackend<D>: LeasedExecutionBackend,
 {
@@ -75,6 +81,10 @@ where
         .add(StoreType::<D> {
             name: cursor,
             kind: StoreKind::Cursor,
+            dialect: PhantomData,
+        })
+        .add(TableQueueType::<D> {
+            name: queue,
             dialect: PhantomData,
         });
 }
@@ -425,14 +435,17 @@ mod tests {
                 "mysql_cursor_store",
                 "mysql_execution_source",
                 "mysql_state_store",
+                "mysql_table_queue",
                 "postgres",
                 "postgres_cursor_store",
                 "postgres_execution_source",
                 "postgres_state_store",
+                "postgres_table_queue",
                 "sqlite",
                 "sqlite_cursor_store",
                 "sqlite_execution_source",
-                "sqlite_state_store"
+                "sqlite_state_store",
+                "sqlite_table_queue"
             ]
         );
     }

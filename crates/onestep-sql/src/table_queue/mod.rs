@@ -1,0 +1,495 @@
+//! A source over the user's own table (`*_table_queue`): rows matching `where` are claimed in
+//! key order, a batch at a time, by setting the `claim` columns in the same transaction that
+//! locks them (`FOR UPDATE SKIP LOCKED` on PostgreSQL and MySQL/MariaDB; SQLite takes the
+//! database's write lock with `BEGIN IMMEDIATE`), so concurrent workers never take one row twice.
+//! A delivery's body is the claimed row as a JSON object (after the claim), its metadata
+//! `{"table": <table>}`. Success writes the `ack` columns; a retry (after its delay), a failure
+//! and a delivery handed back unstarted write the `nack` columns, which usually put the row back
+//! where `where` finds it.
+//!
+//! As in the reference, nothing reclaims a row whose worker died between claim and ack: write
+//! `where` so that it also matches rows claimed long ago (a `claimed_at` column set by `claim`,
+//! for example), or reset them by hand.
+
+mod sql;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use onestep_core::{
+    ConnectorOperation, ConnectorOperationError, Delivery, Envelope, Error, FailureInfo, Resource,
+    Result, Source,
+};
+use serde_json::{Map, Value};
+use tokio::sync::OnceCell;
+
+use crate::SqlConnector;
+use crate::dialect::Dialect;
+use crate::param::Param;
+use crate::schema::{self, validate_table_name};
+use sql::ColumnInfo;
+
+/// What a table queue reads and writes.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct TableQueueOptions {
+    /// The table.
+    pub table: String,
+    /// Its unique key column: claim order, and how a delivery finds its row again.
+    pub key: String,
+    /// Which rows are ready, as SQL text (`status = 'pending'`). Trusted configuration: it is
+    /// pasted into the claim statement as written.
+    pub where_sql: String,
+    /// Column values set when a row is claimed.
+    pub claim: Map<String, Value>,
+    /// Column values set when its handler succeeded.
+    pub ack: Map<String, Value>,
+    /// Column values set on retry, failure and release (usually undoing `claim`).
+    pub nack: Map<String, Value>,
+    /// Most rows per claim (default 100).
+    pub batch_size: usize,
+    /// How long a worker waits after finding nothing (default 1 s).
+    pub poll_interval: Duration,
+}
+
+impl TableQueueOptions {
+    /// Options for `table` keyed by `key`, claiming rows matching `where_sql`, with empty
+    /// column maps, batch size 100 and a 1 s poll interval.
+    pub fn new(
+        table: impl Into<String>,
+        key: impl Into<String>,
+        where_sql: impl Into<String>,
+    ) -> Self {
+        Self {
+            table: table.into(),
+            key: key.into(),
+            where_sql: where_sql.into(),
+            claim: Map::new(),
+            ack: Map::new(),
+            nack: Map::new(),
+            batch_size: 100,
+            poll_interval: Duration::from_secs(1),
+        }
+    }
+
+    /// Sets the `claim` column values.
+    pub fn with_claim(mut self, claim: Map<String, Value>) -> Self {
+        self.claim = claim;
+        self
+    }
+
+    /// Sets the `ack` column values.
+    pub fn with_ack(mut self, ack: Map<String, Value>) -> Self {
+        self.ack = ack;
+        self
+    }
+
+    /// Sets the `nack` column values.
+    pub fn with_nack(mut self, nack: Map<String, Value>) -> Self {
+        self.nack = nack;
+        self
+    }
+
+    /// Sets the most rows per claim.
+    pub fn with_batch_size(mut self, batch_size: usize) -> Self {
+        self.batch_size = batch_size;
+        self
+    }
+
+    /// Sets the wait after an empty claim.
+    pub fn with_poll_interval(mut self, poll_interval: Duration) -> Self {
+        self.poll_interval = poll_interval;
+        self
+    }
+
+    /// Checks every field that needs no database, naming the field at fault.
+    pub fn validate(&self, dialect: schema::Dialect) -> Result<()> {
+        let identifier = |field: &str, name: &str| {
+            validate_table_name(field, name, dialect)
+                .map_err(|e| Error::invalid(field, e.to_string().trim_start_matches(field).trim()))
+        };
+        identifier("table", &self.table)?;
+        identifier("key", &self.key)?;
+        for (map, values) in [
+            ("claim", &self.claim),
+            ("ack", &self.ack),
+            ("nack", &self.nack),
+        ] {
+            for column in values.keys() {
+                identifier(&format!("{map}.{column}"), column)?;
+            }
+        }
+        if self.where_sql.trim().is_empty() {
+            return Err(Error::invalid("where", "must be a non-empty SQL condition"));
+        }
+        if self.where_sql.contains('\0') {
+            return Err(Error::invalid("where", "must not contain NUL characters"));
+        }
+        if self.batch_size < 1 {
+            return Err(Error::invalid("batch_size", "must be >= 1, got 0"));
+        }
+        if self.poll_interval.is_zero() {
+            return Err(Error::invalid("poll_interval_s", "must be > 0, got 0"));
+        }
+        Ok(())
+    }
+}
+
+/// The statements of one queue, rendered once the table's columns are known.
+struct Statements {
+    /// Claims a batch: its only parameter group is the limit (and on PostgreSQL the claim
+    /// values); returns one JSON object per row.
+    claim: String,
+    /// MySQL and SQLite: writes the claim values to the selected keys, then re-reads them.
+    claim_update: Option<(String, String)>,
+    /// The key column (its type casts keys on PostgreSQL).
+    key: ColumnInfo,
+    columns: Vec<ColumnInfo>,
+}
+
+struct Inner<D: Dialect> {
+    name: String,
+    connector: SqlConnector<D>,
+    options: TableQueueOptions,
+    statements: OnceCell<Statements>,
+}
+
+/// A [`Source`] over a table of the user's (see the module docs).
+pub struct TableQueueSource<D: Dialect> {
+    inner: Arc<Inner<D>>,
+}
+
+impl<D: Dialect> std::fmt::Debug for TableQueueSource<D> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TableQueueSource")
+            .field("name", &self.inner.name)
+            .field("options", &self.inner.options)
+            .finish()
+    }
+}
+
+impl<D: Dialect> TableQueueSource<D> {
+    /// A queue over `connector`, named `<dialect>.table_queue:<table>`; no I/O until it opens.
+    /// Fails with the field at fault when an option is invalid.
+    pub fn new(connector: SqlConnector<D>, options: TableQueueOptions) -> Result<Self> {
+        options.validate(D::SCHEMA)?;
+        Ok(Self {
+            inner: Arc::new(Inner {
+                name: format!("{}.table_queue:{}", D::NAME, options.table),
+                connector,
+                options,
+                statements: OnceCell::new(),
+            }),
+        })
+    }
+
+    /// The options.
+    pub fn options(&self) -> &TableQueueOptions {
+        &self.inner.options
+    }
+}
+
+impl<D: Dialect> Inner<D> {
+    fn error(&self, operation: ConnectorOperation, err: sqlx::Error) -> Error {
+        let mut error =
+            ConnectorOperationError::new(D::NAME, operation, D::classify(&err), self.name.clone())
+                .with_cause(err);
+        if operation == ConnectorOperation::Fetch {
+            error.retry_delay = Some(self.options.poll_interval);
+        }
+        Error::Connector(error)
+    }
+
+    async fn statements(&self) -> Result<&Statements> {
+        self.statements.get_or_try_init(|| self.prepare()).await
+    }
+
+    /// Reads the table's columns, checks every configured column exists, renders the
+    /// statements.
+    async fn prepare(&self) -> Result<Statements> {
+        let op = ConnectorOperation::Open;
+        let pool = self.connector.pool()?;
+        let mut tx = D::begin(&pool).await.map_err(|e| self.error(op, e))?;
+        let rows = D::fetch(
+            &mut tx,
+            &sql::columns_query::<D>(),
+            vec![sql::columns_param::<D>(&self.options.table)],
+        )
+        .await
+        .map_err(|e| self.error(op, e))?;
+        tx.commit().await.map_err(|e| self.error(op, e))?;
+        let mut columns = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let name = D::text(row, 0)
+                .map_err(|e| self.error(op, e))?
+                .unwrap_or_default();
+            let declared = D::text(row, 1)
+                .map_err(|e| self.error(op, e))?
+                .unwrap_or_default();
+            columns.push(ColumnInfo { name, declared });
+        }
+        let o = &self.options;
+        if columns.is_empty() {
+            return Err(Error::invalid(
+                "table",
+                format!("names no table the connection can see: {:?}", o.table),
+            ));
+        }
+        let find = |field: &str, name: &str| -> Result<&ColumnInfo> {
+            columns.iter().find(|c| c.name == name).ok_or_else(|| {
+                let names: Vec<&str> = columns.iter().map(|c| c.name.as_str()).collect();
+                Error::invalid(
+                    field,
+                    format!(
+                        "names no column of {}: {name:?} (columns: {})",
+                        o.table,
+                        names.join(", ")
+                    ),
+                )
+            })
+        };
+        let key = find("key", &o.key)?.clone();
+        for (map, values) in [("claim", &o.claim), ("ack", &o.ack), ("nack", &o.nack)] {
+            for column in values.keys() {
+                find(&format!("{map}.{column}"), column)?;
+            }
+        }
+        let claim_columns: Vec<&ColumnInfo> = o
+            .claim
+            .keys()
+            .filter_map(|name| columns.iter().find(|c| &c.name == name))
+            .collect();
+        let (t, k) = (sql::quote::<D>(&o.table), sql::quote::<D>(&key.name));
+        let pick = |what: &str| {
+            format!(
+                "SELECT {what} FROM {t} WHERE ({}) ORDER BY {k} LIMIT ?{}",
+                o.where_sql,
+                D::SKIP_LOCKED
+            )
+        };
+        let (claim, claim_update) = if D::SCHEMA == schema::Dialect::Postgres {
+            let claim = if claim_columns.is_empty() {
+                format!("SELECT row_to_json(x) FROM ({}) x ORDER BY {k}", pick("*"))
+            } else {
+                format!(
+                    "WITH picked AS ({}), claimed AS (UPDATE {t} SET {} FROM picked WHERE \
+                     {t}.{k} = picked.{k} RETURNING {t}.*) SELECT row_to_json(claimed) FROM \
+                     claimed ORDER BY {k}",
+                    pick(&k),
+                    sql::assignments::<D>(&claim_columns)
+                )
+            };
+            (D::render(&claim), None)
+        } else {
+            let json = sql::row_json::<D>(&t, &columns);
+            let claim = pick(&json);
+            let update = (!claim_columns.is_empty()).then(|| {
+                (
+                    format!(
+                        "UPDATE {t} SET {} WHERE {k} IN ({{keys}})",
+                        sql::assignments::<D>(&claim_columns)
+                    ),
+                    format!("SELECT {json} FROM {t} WHERE {k} IN ({{keys}}) ORDER BY {k}"),
+                )
+            });
+            (claim, update)
+        };
+        Ok(Statements {
+            claim,
+            claim_update,
+            key,
+            columns,
+        })
+    }
+
+    async fn claim(&self, limit: usize) -> Result<Vec<Value>> {
+        let statements = self.statements().await?;
+        let op = ConnectorOperation::Fetch;
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let pool = self.connector.pool()?;
+        let mut tx = D::begin(&pool).await.map_err(|e| self.error(op, e))?;
+        let mut params = vec![Param::BigInt(limit)];
+        if D::SCHEMA == schema::Dialect::Postgres {
+            params.extend(self.options.claim.values().map(sql::bind::<D>));
+        }
+        let rows = D::fetch(&mut tx, &statements.claim, params)
+            .await
+            .map_err(|e| self.error(op, e))?;
+        let mut objects = Vec::with_capacity(rows.len());
+        for row in &rows {
+            objects.push(
+                D::json(row, 0)
+                    .map_err(|e| self.error(op, e))?
+                    .unwrap_or(Value::Null),
+            );
+        }
+        if let (Some((update, reread)), false) = (&statements.claim_update, objects.is_empty()) {
+            let keys: Vec<Value> = objects
+                .iter()
+                .map(|o| o.get(&statements.key.name).cloned().unwrap_or(Value::Null))
+                .collect();
+            let marks = vec!["?"; keys.len()].join(", ");
+            let mut params: Vec<Param> = self.options.claim.values().map(sql::bind::<D>).collect();
+            params.extend(keys.iter().map(sql::bind::<D>));
+            D::execute(&mut tx, &update.replace("{keys}", &marks), params)
+                .await
+                .map_err(|e| self.error(op, e))?;
+            let rows = D::fetch(
+                &mut tx,
+                &reread.replace("{keys}", &marks),
+                keys.iter().map(sql::bind::<D>).collect(),
+            )
+            .await
+            .map_err(|e| self.error(op, e))?;
+            objects.clear();
+            for row in &rows {
+                objects.push(
+                    D::json(row, 0)
+                        .map_err(|e| self.error(op, e))?
+                        .unwrap_or(Value::Null),
+                );
+            }
+        }
+        tx.commit().await.map_err(|e| self.error(op, e))?;
+        Ok(objects)
+    }
+
+    /// Writes `values` to the row whose key is `key` (nothing for an empty map).
+    async fn update(
+        &self,
+        key: &Value,
+        values: &Map<String, Value>,
+        operation: ConnectorOperation,
+    ) -> Result<()> {
+        if values.is_empty() {
+            return Ok(());
+        }
+        let statements = self.statements().await?;
+        let columns: Vec<&ColumnInfo> = values
+            .keys()
+            .filter_map(|name| statements.columns.iter().find(|c| &c.name == name))
+            .collect();
+        let text = D::render(&format!(
+            "UPDATE {} SET {} WHERE {} = {}",
+            sql::quote::<D>(&self.options.table),
+            sql::assignments::<D>(&columns),
+            sql::quote::<D>(&statements.key.name),
+            sql::placeholder::<D>(&statements.key)
+        ));
+        let mut params: Vec<Param> = values.values().map(sql::bind::<D>).collect();
+        params.push(sql::bind::<D>(key));
+        let pool = self.connector.pool()?;
+        let mut tx = D::begin(&pool)
+            .await
+            .map_err(|e| self.error(operation, e))?;
+        D::execute(&mut tx, &text, params)
+            .await
+            .map_err(|e| self.error(operation, e))?;
+        tx.commit().await.map_err(|e| self.error(operation, e))
+    }
+}
+
+#[async_trait]
+impl<D: Dialect> Resource for TableQueueSource<D> {
+    fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// Reads the table's columns and checks the configured ones exist.
+    async fn open(&self) -> Result<()> {
+        self.inner.statements().await.map(drop)
+    }
+}
+
+#[async_trait]
+impl<D: Dialect> Source for TableQueueSource<D> {
+    async fn fetch(&self, limit: usize) -> Result<Vec<Box<dyn Delivery>>> {
+        let limit = limit.clamp(1, self.inner.options.batch_size);
+        let rows = self.inner.claim(limit).await?;
+        let key_name = &self.inner.options.key;
+        Ok(rows
+            .into_iter()
+            .map(|row| {
+                let key = row.get(key_name).cloned().unwrap_or(Value::Null);
+                let mut envelope = Envelope::new(row);
+                envelope.meta.insert(
+                    "table".into(),
+                    Value::String(self.inner.options.table.clone()),
+                );
+                Box::new(TableQueueDelivery {
+                    queue: self.inner.clone(),
+                    envelope,
+                    key,
+                }) as Box<dyn Delivery>
+            })
+            .collect())
+    }
+
+    fn batch_size(&self) -> usize {
+        self.inner.options.batch_size
+    }
+
+    fn poll_interval(&self) -> Duration {
+        self.inner.options.poll_interval
+    }
+
+    /// A fetch dropped after its commit would leave rows claimed that nobody handles.
+    fn fetch_is_cancel_safe(&self) -> bool {
+        false
+    }
+
+    fn describe(&self) -> Map<String, Value> {
+        let o = &self.inner.options;
+        let mut map = Map::new();
+        map.insert("table".into(), Value::String(o.table.clone()));
+        map.insert("key".into(), Value::String(o.key.clone()));
+        map.insert("batch_size".into(), Value::from(o.batch_size));
+        map
+    }
+}
+
+/// One claimed row.
+struct TableQueueDelivery<D: Dialect> {
+    queue: Arc<Inner<D>>,
+    envelope: Envelope,
+    key: Value,
+}
+
+#[async_trait]
+impl<D: Dialect> Delivery for TableQueueDelivery<D> {
+    fn envelope(&self) -> &Envelope {
+        &self.envelope
+    }
+
+    async fn ack(&mut self) -> Result<()> {
+        let ack = &self.queue.options.ack;
+        self.queue
+            .update(&self.key, ack, ConnectorOperation::Ack)
+            .await
+    }
+
+    async fn retry(&mut self, delay: Option<Duration>) -> Result<()> {
+        if let Some(delay) = delay.filter(|d| !d.is_zero()) {
+            tokio::time::sleep(delay).await;
+        }
+        let nack = &self.queue.options.nack;
+        self.queue
+            .update(&self.key, nack, ConnectorOperation::Retry)
+            .await
+    }
+
+    async fn fail(&mut self, _failure: &FailureInfo) -> Result<()> {
+        let nack = &self.queue.options.nack;
+        self.queue
+            .update(&self.key, nack, ConnectorOperation::Fail)
+            .await
+    }
+
+    async fn release_unstarted(&mut self) -> Result<()> {
+        let nack = &self.queue.options.nack;
+        self.queue
+            .update(&self.key, nack, ConnectorOperation::Retry)
+            .await
+    }
+}

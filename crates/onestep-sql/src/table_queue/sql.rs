@@ -1,0 +1,115 @@
+//! The statements of a table queue, per dialect: reading the table's columns, claiming a batch,
+//! updating one row. Identifiers are validated before they reach here and quoted; the user's
+//! `where` is pasted as written (trusted configuration); every value is bound.
+
+use serde_json::Value;
+
+use crate::dialect::Dialect;
+use crate::param::Param;
+use crate::schema;
+
+/// One column of the user's table: its name and its declared type (PostgreSQL's
+/// `format_type`, MySQL's `column_type`, SQLite's declared type).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ColumnInfo {
+    pub(crate) name: String,
+    pub(crate) declared: String,
+}
+
+/// The query that lists a table's columns in order: name and declared type, with the table
+/// name as its only parameter (PostgreSQL: the quoted name, resolved on the search path).
+pub(crate) fn columns_query<D: Dialect>() -> String {
+    D::render(match D::SCHEMA {
+        schema::Dialect::Postgres => {
+            "SELECT a.attname::text, format_type(a.atttypid, a.atttypmod) FROM pg_attribute a \
+             WHERE a.attrelid = to_regclass(?) AND a.attnum > 0 AND NOT a.attisdropped \
+             ORDER BY a.attnum"
+        }
+        schema::Dialect::MySql | schema::Dialect::MariaDb => {
+            "SELECT CAST(column_name AS CHAR), CAST(column_type AS CHAR) FROM \
+             information_schema.columns WHERE table_schema = DATABASE() AND table_name = ? \
+             ORDER BY ordinal_position"
+        }
+        schema::Dialect::Sqlite => "SELECT name, type FROM pragma_table_info(?)",
+    })
+}
+
+/// The parameter of [`columns_query`] for `table`.
+pub(crate) fn columns_param<D: Dialect>(table: &str) -> Param {
+    match D::SCHEMA {
+        schema::Dialect::Postgres => Param::Text(D::quote(table)),
+        _ => Param::Text(table.to_owned()),
+    }
+}
+
+/// A value of the configuration (`claim`, `ack`, `nack`) or a key read from a row, bound for
+/// `column`: on PostgreSQL as text cast to the column's type (so `'done'`, `3` or `true` reach
+/// a text, integer or boolean column alike); elsewhere as the closest parameter, which MySQL
+/// and SQLite convert to the column.
+pub(crate) fn bind<D: Dialect>(value: &Value) -> Param {
+    let text = |v: &Value| match v {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    match (D::SCHEMA, value) {
+        (_, Value::Null) => Param::OptText(None),
+        (schema::Dialect::Postgres, v) => Param::Text(text(v)),
+        (_, Value::Bool(b)) => Param::BigInt(i64::from(*b)),
+        (_, Value::Number(n)) => n
+            .as_i64()
+            .map_or_else(|| Param::Text(n.to_string()), Param::BigInt),
+        (_, v) => Param::Text(text(v)),
+    }
+}
+
+/// Quotes any identifier, doubling the quote character inside it (names read from the
+/// database's catalog can hold anything).
+pub(crate) fn quote<D: Dialect>(identifier: &str) -> String {
+    if D::SCHEMA.is_mysql_family() {
+        format!("`{}`", identifier.replace('`', "``"))
+    } else {
+        format!("\"{}\"", identifier.replace('"', "\"\""))
+    }
+}
+
+/// `?` for a value bound into `column` ([`bind`]): `CAST(? AS <type>)` on PostgreSQL.
+pub(crate) fn placeholder<D: Dialect>(column: &ColumnInfo) -> String {
+    match D::SCHEMA {
+        schema::Dialect::Postgres => format!("CAST(? AS {})", column.declared),
+        _ => "?".to_owned(),
+    }
+}
+
+/// `c1 = ?, c2 = ?` for `columns` (in the order of the configuration map).
+pub(crate) fn assignments<D: Dialect>(columns: &[&ColumnInfo]) -> String {
+    columns
+        .iter()
+        .map(|c| format!("{} = {}", quote::<D>(&c.name), placeholder::<D>(c)))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The expression that turns one row of `table` (alias `alias`) into a JSON object.
+pub(crate) fn row_json<D: Dialect>(alias: &str, columns: &[ColumnInfo]) -> String {
+    match D::SCHEMA {
+        schema::Dialect::Postgres => format!("row_to_json({alias})"),
+        dialect => {
+            let function = if dialect == schema::Dialect::Sqlite {
+                "json_object"
+            } else {
+                "JSON_OBJECT"
+            };
+            let pairs: Vec<String> = columns
+                .iter()
+                .map(|c| {
+                    format!(
+                        "'{}', {alias}.{}",
+                        c.name.replace('\'', "''"),
+                        quote::<D>(&c.name)
+                    )
+                })
+                .collect();
+            format!("{function}({})", pairs.join(", "))
+        }
+    }
+}

@@ -190,6 +190,16 @@ impl<D: Dialect> TableQueueSource<D> {
     }
 }
 
+/// Whether `configured` names the column `actual`: exactly on PostgreSQL (quoted names are
+/// case-sensitive there), ignoring ASCII case on MySQL and SQLite, whose column names are not.
+fn same_column<D: Dialect>(actual: &str, configured: &str) -> bool {
+    if D::SCHEMA == schema::Dialect::Postgres {
+        actual == configured
+    } else {
+        actual.eq_ignore_ascii_case(configured)
+    }
+}
+
 impl<D: Dialect> Inner<D> {
     fn error(&self, operation: ConnectorOperation, err: sqlx::Error) -> Error {
         let mut error =
@@ -237,17 +247,20 @@ impl<D: Dialect> Inner<D> {
             ));
         }
         let find = |field: &str, name: &str| -> Result<&ColumnInfo> {
-            columns.iter().find(|c| c.name == name).ok_or_else(|| {
-                let names: Vec<&str> = columns.iter().map(|c| c.name.as_str()).collect();
-                Error::invalid(
-                    field,
-                    format!(
-                        "names no column of {}: {name:?} (columns: {})",
-                        o.table,
-                        names.join(", ")
-                    ),
-                )
-            })
+            columns
+                .iter()
+                .find(|c| same_column::<D>(&c.name, name))
+                .ok_or_else(|| {
+                    let names: Vec<&str> = columns.iter().map(|c| c.name.as_str()).collect();
+                    Error::invalid(
+                        field,
+                        format!(
+                            "names no column of {}: {name:?} (columns: {})",
+                            o.table,
+                            names.join(", ")
+                        ),
+                    )
+                })
         };
         let key = find("key", &o.key)?.clone();
         for (map, values) in [("claim", &o.claim), ("ack", &o.ack), ("nack", &o.nack)] {
@@ -258,7 +271,7 @@ impl<D: Dialect> Inner<D> {
         let claim_columns: Vec<&ColumnInfo> = o
             .claim
             .keys()
-            .filter_map(|name| columns.iter().find(|c| &c.name == name))
+            .filter_map(|name| columns.iter().find(|c| same_column::<D>(&c.name, name)))
             .collect();
         let (t, k) = (sql::quote::<D>(&o.table), sql::quote::<D>(&key.name));
         let pick = |what: &str| {
@@ -303,7 +316,8 @@ impl<D: Dialect> Inner<D> {
         })
     }
 
-    async fn claim(&self, limit: usize) -> Result<Vec<Value>> {
+    /// Claims at most `limit` rows: each one's key and its JSON object.
+    async fn claim(&self, limit: usize) -> Result<Vec<(Value, Value)>> {
         let statements = self.statements().await?;
         let op = ConnectorOperation::Fetch;
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
@@ -352,7 +366,18 @@ impl<D: Dialect> Inner<D> {
             }
         }
         tx.commit().await.map_err(|e| self.error(op, e))?;
-        Ok(objects)
+        let key = &statements.key.name;
+        objects
+            .into_iter()
+            .map(|row| match row.get(key) {
+                Some(value) if !value.is_null() => Ok((value.clone(), row)),
+                // A NULL key cannot find its row again: an ack would write nothing.
+                _ => Err(Error::invalid(
+                    "key",
+                    format!("column {key:?} is NULL in a claimed row of {}; the key must be unique and not null", self.options.table),
+                )),
+            })
+            .collect()
     }
 
     /// Writes `values` to the row whose key is `key` (nothing for an empty map).
@@ -368,7 +393,12 @@ impl<D: Dialect> Inner<D> {
         let statements = self.statements().await?;
         let columns: Vec<&ColumnInfo> = values
             .keys()
-            .filter_map(|name| statements.columns.iter().find(|c| &c.name == name))
+            .filter_map(|name| {
+                statements
+                    .columns
+                    .iter()
+                    .find(|c| same_column::<D>(&c.name, name))
+            })
             .collect();
         let text = D::render(&format!(
             "UPDATE {} SET {} WHERE {} = {}",
@@ -407,11 +437,9 @@ impl<D: Dialect> Source for TableQueueSource<D> {
     async fn fetch(&self, limit: usize) -> Result<Vec<Box<dyn Delivery>>> {
         let limit = limit.clamp(1, self.inner.options.batch_size);
         let rows = self.inner.claim(limit).await?;
-        let key_name = &self.inner.options.key;
         Ok(rows
             .into_iter()
-            .map(|row| {
-                let key = row.get(key_name).cloned().unwrap_or(Value::Null);
+            .map(|(key, row)| {
                 let mut envelope = Envelope::new(row);
                 envelope.meta.insert(
                     "table".into(),

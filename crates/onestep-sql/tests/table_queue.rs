@@ -6,6 +6,7 @@
 mod support;
 
 use std::collections::HashSet;
+use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -35,8 +36,11 @@ fn options(table: &str) -> TableQueueOptions {
 
 /// What a test needs of the database besides the queue: raw statements.
 trait Raw: Dialect {
-    async fn exec(connector: &SqlConnector<Self>, sql: &str);
-    async fn statuses(connector: &SqlConnector<Self>, table: &str) -> Vec<(i64, String)>;
+    fn exec(connector: &SqlConnector<Self>, sql: &str) -> impl Future<Output = ()> + Send;
+    fn statuses(
+        connector: &SqlConnector<Self>,
+        table: &str,
+    ) -> impl Future<Output = Vec<(i64, String)>> + Send;
 }
 
 async fn create<D: Raw>(connector: &SqlConnector<D>, table: &str, rows: i64) {
@@ -358,3 +362,55 @@ fn sqlite_connector() -> (
 }
 
 suite!(sqlite, onestep_sql::sqlite::Sqlite, sqlite_connector());
+
+/// Table queues of dialect `D` over fresh tables, for the connector conformance kit.
+struct TableQueues<D: Raw> {
+    connector: fn() -> (SqlConnector<D>, Option<tempfile::TempDir>),
+    dirs: Mutex<Vec<tempfile::TempDir>>,
+}
+
+#[async_trait::async_trait]
+impl<D: Raw> onestep_testkit::connector::SourceFactory for TableQueues<D> {
+    type Source = TableQueueSource<D>;
+
+    async fn create(&self, messages: usize, consumers: usize) -> Vec<TableQueueSource<D>> {
+        let (connector, dir) = (self.connector)();
+        self.dirs.lock().unwrap().extend(dir);
+        let table = table_name();
+        create(&connector, &table, i64::try_from(messages).unwrap()).await;
+        (0..consumers)
+            .map(|_| {
+                TableQueueSource::new(connector.clone(), options(&table).with_batch_size(7))
+                    .unwrap()
+            })
+            .collect()
+    }
+
+    fn id(&self, envelope: &onestep_core::Envelope) -> String {
+        envelope.body["id"].to_string()
+    }
+}
+
+mod postgres_conformance {
+    use super::*;
+    onestep_testkit::connector_conformance!(TableQueues::<onestep_sql::postgres::Postgres> {
+        connector: || (SqlConnector::new(&support::postgres_url()).unwrap(), None),
+        dirs: Mutex::default(),
+    });
+}
+
+mod mysql_conformance {
+    use super::*;
+    onestep_testkit::connector_conformance!(TableQueues::<onestep_sql::mysql::MySql> {
+        connector: || (SqlConnector::new(&support::mysql_url()).unwrap(), None),
+        dirs: Mutex::default(),
+    });
+}
+
+mod sqlite_conformance {
+    use super::*;
+    onestep_testkit::connector_conformance!(TableQueues::<onestep_sql::sqlite::Sqlite> {
+        connector: sqlite_connector,
+        dirs: Mutex::default(),
+    });
+}

@@ -1,5 +1,9 @@
 //! Test support for onestep backends.
 //!
+//! [`connector`] is the delivery contract every source keeps (ack, retry, hand-back, no message
+//! shared by two consumers), over a [`connector::SourceFactory`], run with
+//! [`connector_conformance!`].
+//!
 //! [`conformance`] pins every rule of the tracked-execution contract as a generic async function
 //! over a [`BackendFactory`]; [`execution_conformance!`] turns them into one `#[tokio::test]` per
 //! case for a backend. A new backend is done when the whole suite passes against the real server.
@@ -10,6 +14,7 @@
 //! ```
 
 pub mod conformance;
+pub mod connector;
 mod factory;
 pub mod reference;
 

@@ -36,6 +36,9 @@ Commands:
                  datetime objects)] -> saves through the reference's SQLAlchemy store -> {}
   state-load     the same fields but value -> {"found": bool, "text": json.dumps(value,
                  ensure_ascii=False) with datetimes as {"datetime": iso}}
+  table-queue-work  backend, dsn, table, key, where, claim, ack, nack, [timeout_s] -> runs a
+                 OneStepApp on the reference's table queue until no row of the table is left
+                 outside ack's status (or the timeout) -> {"handled": [keys], "timed_out": bool}
 """
 
 from __future__ import annotations
@@ -287,6 +290,55 @@ async def cmd_state_load(args: dict[str, Any]) -> dict[str, Any]:
     return {"found": True, "text": text}
 
 
+def make_connector(args: dict[str, Any]) -> Any:
+    module = importlib.import_module(f"onestep_sql.{args['backend']}")
+    name = {"postgres": "PostgresConnector", "mysql": "MySQLConnector", "sqlite": "SQLiteConnector"}
+    return getattr(module, name[args["backend"]])(args["dsn"])
+
+
+async def cmd_table_queue_work(args: dict[str, Any]) -> dict[str, Any]:
+    import sqlalchemy as sa
+
+    connector = make_connector(args)
+    source = connector.table_queue(
+        table=args["table"],
+        key=args["key"],
+        where=args["where"],
+        claim=args["claim"],
+        ack=args["ack"],
+        nack=args.get("nack"),
+        batch_size=args.get("batch_size", 5),
+        poll_interval_s=0.05,
+    )
+    app = OneStepApp("python-table-queue", shutdown_timeout_s=10.0)
+    handled: list[Any] = []
+
+    @app.task(name="rows", source=source, concurrency=2)
+    async def handler(ctx: Any, row: Any) -> Any:
+        handled.append(row[args["key"]])
+        await asyncio.sleep(0.02)
+        return None
+
+    serving = asyncio.create_task(app.serve())
+    done_status = args["ack"]["status"]
+    deadline = time.monotonic() + args.get("timeout_s", 30.0)
+    timed_out = False
+    count = sa.text(f"SELECT COUNT(*) FROM {args['table']} WHERE status <> :done")
+    while True:
+        async with connector.engine.connect() as conn:
+            left = (await conn.execute(count, {"done": done_status})).scalar_one()
+        if left == 0 or serving.done():
+            break
+        if time.monotonic() > deadline:
+            timed_out = True
+            break
+        await asyncio.sleep(0.05)
+    app.request_shutdown()
+    await asyncio.wait_for(serving, timeout=15.0)
+    await connector.close()
+    return {"handled": handled, "timed_out": timed_out}
+
+
 COMMANDS = {
     "versions": cmd_versions,
     "create-tables": cmd_create_tables,
@@ -299,6 +351,7 @@ COMMANDS = {
     "work": cmd_work,
     "state-save": cmd_state_save,
     "state-load": cmd_state_load,
+    "table-queue-work": cmd_table_queue_work,
 }
 
 

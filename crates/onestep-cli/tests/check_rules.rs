@@ -538,16 +538,19 @@ fn the_stock_catalog_has_every_crate_s_types_documented_as_read() {
             "mysql",
             "mysql_cursor_store",
             "mysql_execution_source",
+            "mysql_incremental",
             "mysql_state_store",
             "mysql_table_queue",
             "postgres",
             "postgres_cursor_store",
             "postgres_execution_source",
+            "postgres_incremental",
             "postgres_state_store",
             "postgres_table_queue",
             "sqlite",
             "sqlite_cursor_store",
             "sqlite_execution_source",
+            "sqlite_incremental",
             "sqlite_state_store",
             "sqlite_table_queue",
             "webhook"
@@ -676,5 +679,39 @@ fn table_queues_are_checked_field_by_field() {
         &with(&format!("{queue}    batch_size: 0\n")),
         "resources.tickets.batch_size",
         ">= 1",
+    );
+}
+
+#[test]
+fn incremental_sources_are_checked_field_by_field() {
+    let source = "  changes:\n    type: sqlite_incremental\n    connector: db\n    table: orders\n    \
+                  key: id\n    cursor: [updated_at]\n    state: marks\n  \
+                  marks: {type: sqlite_cursor_store, connector: db}\n";
+    let with = |resource: &str| VALID.replace("  queue:\n", &format!("{resource}  queue:\n"));
+    assert_eq!(problems(&with(source)), Vec::new());
+    expect(
+        &with(&source.replace("cursor: [updated_at]", "cursor: []")),
+        "resources.changes.cursor",
+        "must contain at least one column",
+    );
+    expect(
+        &with(&source.replace("cursor: [updated_at]", "cursor: [\"updated at\"]")),
+        "resources.changes.cursor[0]",
+        "must be a non-empty SQL identifier",
+    );
+    expect(
+        &with(&source.replace("    cursor: [updated_at]\n", "")),
+        "resources.changes.cursor",
+        "is required",
+    );
+    expect(
+        &with(&source.replace("state: marks", "state: queue")),
+        "resources.changes.state",
+        "cannot be used as a cursor_store",
+    );
+    expect(
+        &with(&source.replace("state: marks", "state: nowhere")),
+        "resources.changes.state",
+        "unknown resource \"nowhere\"",
     );
 }

@@ -32,6 +32,7 @@ mod connector;
 mod decode;
 pub mod dialect;
 pub mod dsn;
+pub mod incremental;
 mod machine;
 pub mod param;
 mod query;
@@ -39,6 +40,7 @@ pub mod schema;
 mod sql;
 pub mod state;
 pub mod table_queue;
+mod user_table;
 
 #[cfg(feature = "mysql")]
 pub mod mysql;

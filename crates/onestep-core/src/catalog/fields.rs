@@ -259,6 +259,24 @@ impl<'a> Fields<'a> {
         Some(name)
     }
 
+    /// An optional reference: `None` when the field is absent or `null`, else as
+    /// [`Fields::reference`].
+    pub fn opt_reference(
+        &mut self,
+        key: &str,
+        role: Role,
+        type_name: Option<&'static str>,
+    ) -> Option<String> {
+        let name = self.opt_string(key)?;
+        self.references.push(Reference {
+            path: self.path_of(key),
+            name: name.clone(),
+            role,
+            type_name,
+        });
+        Some(name)
+    }
+
     /// The keys the reads asked for, given or not.
     pub fn asked(&self) -> Vec<&str> {
         self.read.iter().map(String::as_str).collect()

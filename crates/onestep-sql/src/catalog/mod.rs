@@ -1,6 +1,6 @@
 //! This crate's resource types for declarative apps: the `postgres`, `mysql` and `sqlite`
-//! connectors, and over each its `*_execution_source`, `*_state_store`, `*_cursor_store` and
-//! `*_table_queue` (one set per enabled dialect feature).
+//! connectors, and over each its `*_execution_source`, `*_state_store`, `*_cursor_store`,
+//! `*_table_queue` and `*_incremental` (one set per enabled dialect feature).
 //!
 //! ```
 //! let mut catalog = onestep_core::catalog::Catalog::core();
@@ -21,9 +21,11 @@ use onestep_core::execution::{ExecutionSource, ExecutionSourceOptions, LeasedExe
 use serde_json::Value;
 
 use crate::{BackendOptions, Dialect, PoolSettings, SqlConnector, SqlExecutionBackend};
+use incremental::IncrementalType;
 use state::{StoreKind, StoreType};
 use table_queue::TableQueueType;
 
+mod incremental;
 mod state;
 mod table_queue;
 
@@ -37,6 +39,7 @@ pub fn register(catalog: &mut Catalog) {
             "postgres_state_store",
             "postgres_cursor_store",
             "postgres_table_queue",
+            "postgres_incremental",
         ],
     );
     #[cfg(feature = "mysql")]
@@ -47,6 +50,7 @@ pub fn register(catalog: &mut Catalog) {
             "mysql_state_store",
             "mysql_cursor_store",
             "mysql_table_queue",
+            "mysql_incremental",
         ],
     );
     #[cfg(feature = "sqlite")]
@@ -57,14 +61,17 @@ pub fn register(catalog: &mut Catalog) {
             "sqlite_state_store",
             "sqlite_cursor_store",
             "sqlite_table_queue",
+            "sqlite_incremental",
         ],
     );
 }
 
-/// Adds `D`'s connector (named `D::NAME`), execution source, state store, cursor store and
-/// table queue.
-fn add<D: Dialect>(catalog: &mut Catalog, [source, state, cursor, queue]: [&'static str; 4])
-where
+/// Adds `D`'s connector (named `D::NAME`), execution source, state store, cursor store, table
+/// queue and incremental source.
+fn add<D: Dialect>(
+    catalog: &mut Catalog,
+    [source, state, cursor, queue, incremental]: [&'static str; 5],
+) where
     SqlExecutionBackend<D>: LeasedExecutionBackend,
 {
     catalog
@@ -85,6 +92,10 @@ where
         })
         .add(TableQueueType::<D> {
             name: queue,
+            dialect: PhantomData,
+        })
+        .add(IncrementalType::<D> {
+            name: incremental,
             dialect: PhantomData,
         });
 }
@@ -434,16 +445,19 @@ mod tests {
                 "mysql",
                 "mysql_cursor_store",
                 "mysql_execution_source",
+                "mysql_incremental",
                 "mysql_state_store",
                 "mysql_table_queue",
                 "postgres",
                 "postgres_cursor_store",
                 "postgres_execution_source",
+                "postgres_incremental",
                 "postgres_state_store",
                 "postgres_table_queue",
                 "sqlite",
                 "sqlite_cursor_store",
                 "sqlite_execution_source",
+                "sqlite_incremental",
                 "sqlite_state_store",
                 "sqlite_table_queue"
             ]

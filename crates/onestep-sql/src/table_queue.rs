@@ -11,8 +11,6 @@
 //! `where` so that it also matches rows claimed long ago (a `claimed_at` column set by `claim`,
 //! for example), or reset them by hand.
 
-mod sql;
-
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -28,7 +26,7 @@ use crate::SqlConnector;
 use crate::dialect::Dialect;
 use crate::param::Param;
 use crate::schema::{self, validate_table_name};
-use sql::ColumnInfo;
+use crate::user_table::{self as sql, ColumnInfo, find_column, same_column};
 
 /// What a table queue reads and writes.
 #[derive(Debug, Clone, PartialEq)]
@@ -190,16 +188,6 @@ impl<D: Dialect> TableQueueSource<D> {
     }
 }
 
-/// Whether `configured` names the column `actual`: exactly on PostgreSQL (quoted names are
-/// case-sensitive there), ignoring ASCII case on MySQL and SQLite, whose column names are not.
-fn same_column<D: Dialect>(actual: &str, configured: &str) -> bool {
-    if D::SCHEMA == schema::Dialect::Postgres {
-        actual == configured
-    } else {
-        actual.eq_ignore_ascii_case(configured)
-    }
-}
-
 impl<D: Dialect> Inner<D> {
     fn error(&self, operation: ConnectorOperation, err: sqlx::Error) -> Error {
         let mut error =
@@ -218,50 +206,10 @@ impl<D: Dialect> Inner<D> {
     /// Reads the table's columns, checks every configured column exists, renders the
     /// statements.
     async fn prepare(&self) -> Result<Statements> {
-        let op = ConnectorOperation::Open;
-        let pool = self.connector.pool()?;
-        let mut tx = D::begin(&pool).await.map_err(|e| self.error(op, e))?;
-        let rows = D::fetch(
-            &mut tx,
-            &sql::columns_query::<D>(),
-            vec![sql::columns_param::<D>(&self.options.table)],
-        )
-        .await
-        .map_err(|e| self.error(op, e))?;
-        tx.commit().await.map_err(|e| self.error(op, e))?;
-        let mut columns = Vec::with_capacity(rows.len());
-        for row in &rows {
-            let name = D::text(row, 0)
-                .map_err(|e| self.error(op, e))?
-                .unwrap_or_default();
-            let declared = D::text(row, 1)
-                .map_err(|e| self.error(op, e))?
-                .unwrap_or_default();
-            columns.push(ColumnInfo { name, declared });
-        }
         let o = &self.options;
-        if columns.is_empty() {
-            return Err(Error::invalid(
-                "table",
-                format!("names no table the connection can see: {:?}", o.table),
-            ));
-        }
-        let find = |field: &str, name: &str| -> Result<&ColumnInfo> {
-            columns
-                .iter()
-                .find(|c| same_column::<D>(&c.name, name))
-                .ok_or_else(|| {
-                    let names: Vec<&str> = columns.iter().map(|c| c.name.as_str()).collect();
-                    Error::invalid(
-                        field,
-                        format!(
-                            "names no column of {}: {name:?} (columns: {})",
-                            o.table,
-                            names.join(", ")
-                        ),
-                    )
-                })
-        };
+        let columns =
+            sql::read_columns(&self.connector, &o.table, |op, e| self.error(op, e)).await?;
+        let find = |field: &str, name: &str| find_column::<D>(&columns, &o.table, field, name);
         let key = find("key", &o.key)?.clone();
         for (map, values) in [("claim", &o.claim), ("ack", &o.ack), ("nack", &o.nack)] {
             for column in values.keys() {

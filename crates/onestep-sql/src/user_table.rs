@@ -1,9 +1,12 @@
-//! The statements of a table queue, per dialect: reading the table's columns, claiming a batch,
-//! updating one row. Identifiers are validated before they reach here and quoted; the user's
+//! What the sources over a user's own table share (table queues, incremental sources): reading
+//! the table's columns from the catalog, binding values for them, quoting, and turning rows into
+//! JSON in the database. Identifiers are validated before they reach here and quoted; a user's
 //! `where` is pasted as written (trusted configuration); every value is bound.
 
+use onestep_core::{ConnectorOperation, Error, Result};
 use serde_json::Value;
 
+use crate::SqlConnector;
 use crate::dialect::Dialect;
 use crate::param::Param;
 use crate::schema;
@@ -112,4 +115,73 @@ pub(crate) fn row_json<D: Dialect>(alias: &str, columns: &[ColumnInfo]) -> Strin
             format!("{function}({})", pairs.join(", "))
         }
     }
+}
+
+/// The columns of `table`, in order; an error naming `table` when the connection sees no such
+/// table. `error` maps a driver error.
+pub(crate) async fn read_columns<D: Dialect>(
+    connector: &SqlConnector<D>,
+    table: &str,
+    error: impl Fn(ConnectorOperation, sqlx::Error) -> Error,
+) -> Result<Vec<ColumnInfo>> {
+    let op = ConnectorOperation::Open;
+    let pool = connector.pool()?;
+    let mut tx = D::begin(&pool).await.map_err(|e| error(op, e))?;
+    let rows = D::fetch(
+        &mut tx,
+        &columns_query::<D>(),
+        vec![columns_param::<D>(table)],
+    )
+    .await
+    .map_err(|e| error(op, e))?;
+    tx.commit().await.map_err(|e| error(op, e))?;
+    let mut columns = Vec::with_capacity(rows.len());
+    for row in &rows {
+        let name = D::text(row, 0)
+            .map_err(|e| error(op, e))?
+            .unwrap_or_default();
+        let declared = D::text(row, 1)
+            .map_err(|e| error(op, e))?
+            .unwrap_or_default();
+        columns.push(ColumnInfo { name, declared });
+    }
+    if columns.is_empty() {
+        return Err(Error::invalid(
+            "table",
+            format!("names no table the connection can see: {table:?}"),
+        ));
+    }
+    Ok(columns)
+}
+
+/// Whether `configured` names the column `actual`: exactly on PostgreSQL (quoted names are
+/// case-sensitive there), ignoring ASCII case on MySQL and SQLite, whose column names are not.
+pub(crate) fn same_column<D: Dialect>(actual: &str, configured: &str) -> bool {
+    if D::SCHEMA == schema::Dialect::Postgres {
+        actual == configured
+    } else {
+        actual.eq_ignore_ascii_case(configured)
+    }
+}
+
+/// The column of `columns` that `name` (the option `field`) names, or an error listing them.
+pub(crate) fn find_column<'c, D: Dialect>(
+    columns: &'c [ColumnInfo],
+    table: &str,
+    field: &str,
+    name: &str,
+) -> Result<&'c ColumnInfo> {
+    columns
+        .iter()
+        .find(|c| same_column::<D>(&c.name, name))
+        .ok_or_else(|| {
+            let names: Vec<&str> = columns.iter().map(|c| c.name.as_str()).collect();
+            Error::invalid(
+                field,
+                format!(
+                    "names no column of {table}: {name:?} (columns: {})",
+                    names.join(", ")
+                ),
+            )
+        })
 }

@@ -343,7 +343,10 @@ impl<D: Dialect> Inner<D> {
         if let Some(Value::Array(saved)) = self.store.load(&self.state_key).await?
             && saved.len() == reader.cursor.len()
         {
-            let cursor: Vec<Value> = saved.into_iter().map(decode_component).collect();
+            let cursor: Vec<Value> = saved
+                .into_iter()
+                .map(|v| decode_component(v, D::SCHEMA))
+                .collect();
             progress.committed = Some(cursor.clone());
             progress.fetched = Some(cursor);
         }
@@ -447,18 +450,55 @@ fn encode_component(value: &Value, column: &ColumnInfo) -> Value {
     }
 }
 
-/// A saved component as this source binds it: a tagged `datetime` becomes its ISO text.
-fn decode_component(value: Value) -> Value {
+/// A saved component as this source binds it: a tagged `datetime` becomes its ISO text. On
+/// SQLite, where a timestamp is compared as text, a Python `isoformat()` (`T` separator,
+/// microseconds left out when zero) is respelled as SQLAlchemy stores timestamps there
+/// (`2026-01-02 03:04:05.000000`), so the cursor compares with the rows the reference wrote.
+fn decode_component(value: Value, dialect: schema::Dialect) -> Value {
     match &value {
         Value::Object(map)
             if map.len() == 2
                 && map.get(CURSOR_TYPE_KEY) == Some(&json!("datetime"))
                 && map.get("value").is_some_and(Value::is_string) =>
         {
-            map["value"].clone()
+            let text = map["value"].as_str().unwrap_or_default();
+            if dialect == schema::Dialect::Sqlite {
+                Value::String(sqlalchemy_sqlite_datetime(text))
+            } else {
+                Value::String(text.to_owned())
+            }
         }
         _ => value,
     }
+}
+
+/// `2026-01-02T03:04:05[.ffffff][offset]` as SQLAlchemy's SQLite dialect stores it:
+/// `2026-01-02 03:04:05.ffffff[offset]`; other text unchanged.
+fn sqlalchemy_sqlite_datetime(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let shaped = bytes.len() >= 19
+        && bytes[..19].is_ascii()
+        && bytes[4] == b'-'
+        && bytes[7] == b'-'
+        && (bytes[10] == b'T' || bytes[10] == b' ')
+        && bytes[13] == b':'
+        && bytes[16] == b':';
+    if !shaped {
+        return text.to_owned();
+    }
+    let (date_time, rest) = text.split_at(19);
+    let (fraction, offset) = match rest.strip_prefix('.') {
+        Some(after) => {
+            let digits = after.bytes().take_while(u8::is_ascii_digit).count();
+            (&after[..digits], &after[digits..])
+        }
+        None => ("", rest),
+    };
+    let mut micros: String = fraction.chars().take(6).collect();
+    while micros.len() < 6 {
+        micros.push('0');
+    }
+    format!("{} {}.{micros}{offset}", &date_time[..10], &date_time[11..])
 }
 
 #[async_trait]
@@ -626,6 +666,22 @@ impl<D: Dialect> Delivery for IncrementalDelivery<D> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn python_isoformat_is_respelled_as_sqlalchemy_stores_sqlite_timestamps() {
+        for (python, stored) in [
+            ("2026-01-02T03:04:05", "2026-01-02 03:04:05.000000"),
+            ("2026-01-02T03:04:05.000006", "2026-01-02 03:04:05.000006"),
+            (
+                "2026-01-02T03:04:05.5+02:00",
+                "2026-01-02 03:04:05.500000+02:00",
+            ),
+            ("2026-01-02 03:04:05.000006", "2026-01-02 03:04:05.000006"),
+            ("not a time", "not a time"),
+        ] {
+            assert_eq!(sqlalchemy_sqlite_datetime(python), stored);
+        }
+    }
 
     #[test]
     fn the_default_state_key_is_the_reference_s() {

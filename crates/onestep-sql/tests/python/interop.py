@@ -39,6 +39,9 @@ Commands:
   table-queue-work  backend, dsn, table, key, where, claim, ack, nack, [timeout_s] -> runs a
                  OneStepApp on the reference's table queue until no row of the table is left
                  outside ack's status (or the timeout) -> {"handled": [keys], "timed_out": bool}
+  incremental-read  backend, dsn, table, key, cursor, [where], cursor_table -> opens the
+                 reference's incremental source with a cursor store on cursor_table, fetches and
+                 acks until nothing is left -> {"read": [keys], "state_key": str}
 """
 
 from __future__ import annotations
@@ -339,6 +342,31 @@ async def cmd_table_queue_work(args: dict[str, Any]) -> dict[str, Any]:
     return {"handled": handled, "timed_out": timed_out}
 
 
+async def cmd_incremental_read(args: dict[str, Any]) -> dict[str, Any]:
+    connector = make_connector(args)
+    store = connector.cursor_store(table=args["cursor_table"])
+    source = connector.incremental(
+        table=args["table"],
+        key=args["key"],
+        cursor=args["cursor"],
+        where=args.get("where"),
+        batch_size=args.get("batch_size", 3),
+        state=store,
+    )
+    await source.open()
+    read: list[Any] = []
+    while True:
+        batch = await source.fetch(10)
+        if not batch:
+            break
+        for delivery in batch:
+            read.append(delivery.envelope.body[args["key"]])
+            await delivery.ack()
+    await source.close()
+    await connector.close()
+    return {"read": read, "state_key": source.state_key}
+
+
 COMMANDS = {
     "versions": cmd_versions,
     "create-tables": cmd_create_tables,
@@ -352,6 +380,7 @@ COMMANDS = {
     "state-save": cmd_state_save,
     "state-load": cmd_state_load,
     "table-queue-work": cmd_table_queue_work,
+    "incremental-read": cmd_incremental_read,
 }
 
 

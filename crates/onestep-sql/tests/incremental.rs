@@ -5,7 +5,6 @@
 
 mod support;
 
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,9 +15,10 @@ use onestep_sql::state::{SqlCursorStore, StateTable};
 use onestep_sql::{Dialect, SqlConnector};
 use serde_json::json;
 
-trait Raw: Dialect {
-    fn exec(connector: &SqlConnector<Self>, sql: &str) -> impl Future<Output = ()> + Send;
-    /// A timestamp column type and a literal of it, for the timestamp cursor case.
+use support::raw::Raw;
+
+/// A timestamp column type of each dialect, for the timestamp cursor case.
+trait Timestamp: Raw {
     const TIMESTAMP: &'static str;
 }
 
@@ -210,7 +210,9 @@ async fn where_filters_and_a_sql_store_survives_a_restart<D: Raw>(connector: Sql
     assert_eq!(ids(&restarted.fetch(10).await.unwrap()), [4, 2, 1]);
 }
 
-async fn a_timestamp_cursor_is_saved_as_the_reference_tags_it<D: Raw>(connector: SqlConnector<D>) {
+async fn a_timestamp_cursor_is_saved_as_the_reference_tags_it<D: Timestamp>(
+    connector: SqlConnector<D>,
+) {
     let table = table_name();
     D::exec(
         &connector,
@@ -281,34 +283,16 @@ macro_rules! suite {
     };
 }
 
-impl Raw for onestep_sql::postgres::Postgres {
+impl Timestamp for onestep_sql::postgres::Postgres {
     const TIMESTAMP: &'static str = "TIMESTAMP WITH TIME ZONE";
-    async fn exec(connector: &SqlConnector<Self>, sql: &str) {
-        sqlx::raw_sql(sql)
-            .execute(&connector.pool().unwrap())
-            .await
-            .unwrap();
-    }
 }
 
-impl Raw for onestep_sql::mysql::MySql {
+impl Timestamp for onestep_sql::mysql::MySql {
     const TIMESTAMP: &'static str = "DATETIME(6)";
-    async fn exec(connector: &SqlConnector<Self>, sql: &str) {
-        sqlx::raw_sql(sql)
-            .execute(&connector.pool().unwrap())
-            .await
-            .unwrap();
-    }
 }
 
-impl Raw for onestep_sql::sqlite::Sqlite {
+impl Timestamp for onestep_sql::sqlite::Sqlite {
     const TIMESTAMP: &'static str = "DATETIME";
-    async fn exec(connector: &SqlConnector<Self>, sql: &str) {
-        sqlx::raw_sql(sql)
-            .execute(&connector.pool().unwrap())
-            .await
-            .unwrap();
-    }
 }
 
 suite!(

@@ -6,7 +6,6 @@
 mod support;
 
 use std::collections::HashSet;
-use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -34,14 +33,7 @@ fn options(table: &str) -> TableQueueOptions {
         .with_poll_interval(Duration::from_millis(20))
 }
 
-/// What a test needs of the database besides the queue: raw statements.
-trait Raw: Dialect {
-    fn exec(connector: &SqlConnector<Self>, sql: &str) -> impl Future<Output = ()> + Send;
-    fn statuses(
-        connector: &SqlConnector<Self>,
-        table: &str,
-    ) -> impl Future<Output = Vec<(i64, String)>> + Send;
-}
+use support::raw::Raw;
 
 async fn create<D: Raw>(connector: &SqlConnector<D>, table: &str, rows: i64) {
     D::exec(
@@ -63,6 +55,14 @@ async fn create<D: Raw>(connector: &SqlConnector<D>, table: &str, rows: i64) {
         ),
     )
     .await;
+}
+
+async fn statuses<D: Raw>(connector: &SqlConnector<D>, table: &str) -> Vec<(i64, String)> {
+    D::pairs(
+        connector,
+        &format!("SELECT id, status FROM {table} ORDER BY id"),
+    )
+    .await
 }
 
 async fn claims_ack_retry_fail_and_release<D: Raw>(connector: SqlConnector<D>) {
@@ -96,7 +96,7 @@ async fn claims_ack_retry_fail_and_release<D: Raw>(connector: SqlConnector<D>) {
         .await
         .unwrap();
     batch[3].release_unstarted().await.unwrap();
-    let statuses = D::statuses(&connector, &table).await;
+    let statuses = statuses(&connector, &table).await;
     assert_eq!(
         statuses,
         [
@@ -147,7 +147,7 @@ async fn concurrent_workers_never_share_a_row<D: Raw>(connector: SqlConnector<D>
     assert_eq!(seen.len(), 300, "each row delivered once");
     assert_eq!(unique.len(), 300);
     assert!(
-        D::statuses(&connector, &table)
+        statuses(&connector, &table)
             .await
             .iter()
             .all(|(_, s)| s == "done")
@@ -197,13 +197,12 @@ async fn a_worker_app_drains_the_table<D: Raw>(connector: SqlConnector<D>) {
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     let finished =
         |statuses: &[(i64, String)]| statuses.iter().all(|(_, s)| s == "done" || s == "failed");
-    while !finished(&D::statuses(&connector, &table).await) && std::time::Instant::now() < deadline
-    {
+    while !finished(&statuses(&connector, &table).await) && std::time::Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     handle.request_shutdown();
     worker.await.unwrap().unwrap();
-    let statuses = D::statuses(&connector, &table).await;
+    let statuses = statuses(&connector, &table).await;
     let done = statuses.iter().filter(|(_, s)| s == "done").count();
     let failed = statuses.iter().filter(|(_, s)| s == "failed").count();
     assert_eq!(done, 20, "{statuses:?}");
@@ -290,54 +289,6 @@ macro_rules! suite {
             }
         }
     };
-}
-
-impl Raw for onestep_sql::postgres::Postgres {
-    async fn exec(connector: &SqlConnector<Self>, sql: &str) {
-        sqlx::raw_sql(sql)
-            .execute(&connector.pool().unwrap())
-            .await
-            .unwrap();
-    }
-
-    async fn statuses(connector: &SqlConnector<Self>, table: &str) -> Vec<(i64, String)> {
-        sqlx::query_as(&format!("SELECT id, status::text FROM {table} ORDER BY id"))
-            .fetch_all(&connector.pool().unwrap())
-            .await
-            .unwrap()
-    }
-}
-
-impl Raw for onestep_sql::mysql::MySql {
-    async fn exec(connector: &SqlConnector<Self>, sql: &str) {
-        sqlx::raw_sql(sql)
-            .execute(&connector.pool().unwrap())
-            .await
-            .unwrap();
-    }
-
-    async fn statuses(connector: &SqlConnector<Self>, table: &str) -> Vec<(i64, String)> {
-        sqlx::query_as(&format!("SELECT id, status FROM {table} ORDER BY id"))
-            .fetch_all(&connector.pool().unwrap())
-            .await
-            .unwrap()
-    }
-}
-
-impl Raw for onestep_sql::sqlite::Sqlite {
-    async fn exec(connector: &SqlConnector<Self>, sql: &str) {
-        sqlx::raw_sql(sql)
-            .execute(&connector.pool().unwrap())
-            .await
-            .unwrap();
-    }
-
-    async fn statuses(connector: &SqlConnector<Self>, table: &str) -> Vec<(i64, String)> {
-        sqlx::query_as(&format!("SELECT id, status FROM {table} ORDER BY id"))
-            .fetch_all(&connector.pool().unwrap())
-            .await
-            .unwrap()
-    }
 }
 
 suite!(

@@ -15,6 +15,7 @@ use onestep_testkit::{BackendFactory, Setup};
 
 pub mod live;
 pub mod privilege;
+pub mod raw;
 
 /// The PostgreSQL URL tests use.
 pub fn postgres_url() -> String {

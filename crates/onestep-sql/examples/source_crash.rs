@@ -1,0 +1,152 @@
+//! The worker process of the source crash tests (`tests/source_crash.rs`): drains a table queue
+//! or an incremental source over `--table` until it is killed, recording each handled row in
+//! `<table>_effects` before the handler returns, so lost and duplicated work are counted from
+//! rows.
+//!
+//! ```text
+//! source_crash --dsn URL --table T --source table_queue|incremental [--work-ms MS]
+//! ```
+//!
+//! The table is `T (id BIGINT PRIMARY KEY, status VARCHAR(20))`; the table queue claims
+//! `status = 'new'` rows as `working` and acks them `done`; the incremental source reads in `id`
+//! order with its cursor in `T_cursor`. Prints `ready` once the worker runs.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use onestep_core::state::CursorStore;
+use onestep_core::{OneStepApp, Source, Task, TaskContext, TaskError};
+use onestep_sql::incremental::{IncrementalOptions, IncrementalSource};
+use onestep_sql::param::Param;
+use onestep_sql::state::{SqlCursorStore, StateTable};
+use onestep_sql::table_queue::{TableQueueOptions, TableQueueSource};
+use onestep_sql::{Dialect, SqlConnector};
+use serde_json::{Value, json};
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+struct Args {
+    dsn: String,
+    table: String,
+    source: String,
+    work_ms: u64,
+}
+
+fn args() -> Result<Args, String> {
+    let mut a = Args {
+        dsn: String::new(),
+        table: String::new(),
+        source: String::new(),
+        work_ms: 2,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let mut value = || it.next().ok_or_else(|| format!("{flag} needs a value"));
+        match flag.as_str() {
+            "--dsn" => a.dsn = value()?,
+            "--table" => a.table = value()?,
+            "--source" => a.source = value()?,
+            "--work-ms" => a.work_ms = value()?.parse().map_err(|e| format!("--work-ms: {e}"))?,
+            other => return Err(format!("unknown argument {other:?}")),
+        }
+    }
+    if a.dsn.is_empty() || a.table.is_empty() {
+        return Err("--dsn and --table are required".into());
+    }
+    Ok(a)
+}
+
+fn columns(value: Value) -> serde_json::Map<String, Value> {
+    value.as_object().cloned().unwrap_or_default()
+}
+
+async fn run<D: Dialect>(a: Args) -> Result<(), BoxError> {
+    let connector = SqlConnector::<D>::new(&a.dsn)?;
+    let source: Arc<dyn Source> = match a.source.as_str() {
+        "table_queue" => Arc::new(TableQueueSource::new(
+            connector.clone(),
+            TableQueueOptions::new(&a.table, "id", "status = 'new'")
+                .with_claim(columns(json!({"status": "working"})))
+                .with_ack(columns(json!({"status": "done"})))
+                .with_nack(columns(json!({"status": "new"})))
+                .with_batch_size(20)
+                .with_poll_interval(Duration::from_millis(20)),
+        )?),
+        "incremental" => {
+            let store: Arc<dyn CursorStore> = Arc::new(SqlCursorStore::new(
+                connector.clone(),
+                StateTable::cursor().with_table(format!("{}_cursor", a.table)),
+            )?);
+            Arc::new(IncrementalSource::new(
+                connector.clone(),
+                IncrementalOptions::new(&a.table, "id", ["id"])
+                    .with_batch_size(20)
+                    .with_poll_interval(Duration::from_millis(20)),
+                store,
+            )?)
+        }
+        other => {
+            return Err(
+                format!("--source must be table_queue or incremental, got {other:?}").into(),
+            );
+        }
+    };
+    let effects = D::render(&format!("INSERT INTO {}_effects (id) VALUES (?)", a.table));
+    let work = Duration::from_millis(a.work_ms);
+    let handler = move |_ctx: TaskContext, row: Value| {
+        let connector = connector.clone();
+        let effects = effects.clone();
+        async move {
+            let id = row["id"]
+                .as_i64()
+                .ok_or_else(|| TaskError::new("NoId", "a row without id"))?;
+            tokio::time::sleep(work).await;
+            let pool = connector
+                .pool()
+                .map_err(|e| TaskError::new("Pool", e.to_string()))?;
+            let mut tx = D::begin(&pool)
+                .await
+                .map_err(|e| TaskError::new("Begin", e.to_string()))?;
+            D::execute(&mut tx, &effects, vec![Param::BigInt(id)])
+                .await
+                .map_err(|e| TaskError::new("Effect", e.to_string()))?;
+            tx.commit()
+                .await
+                .map_err(|e| TaskError::new("Commit", e.to_string()))?;
+            Ok::<_, TaskError>(Value::Null)
+        }
+    };
+    let app = OneStepApp::builder("source-crash")
+        .task(
+            Task::new("rows")
+                .source(source)
+                .concurrency(8)
+                .handler(handler),
+        )
+        .build()?;
+    println!("ready");
+    app.run().await?;
+    Ok(())
+}
+
+#[tokio::main]
+async fn main() {
+    let a = match args() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("source_crash: {e}");
+            std::process::exit(2);
+        }
+    };
+    let outcome = if a.dsn.starts_with("postgres") {
+        run::<onestep_sql::postgres::Postgres>(a).await
+    } else if a.dsn.starts_with("mysql") || a.dsn.starts_with("mariadb") {
+        run::<onestep_sql::mysql::MySql>(a).await
+    } else {
+        run::<onestep_sql::sqlite::Sqlite>(a).await
+    };
+    if let Err(e) = outcome {
+        eprintln!("source_crash: {e}");
+        std::process::exit(1);
+    }
+}

@@ -13,7 +13,7 @@ use onestep_core::{
     FailureInfo, FailureKind, OneStepApp, Source, Stage, Task, TaskContext, TaskError,
 };
 use onestep_sql::table_queue::{TableQueueOptions, TableQueueSource};
-use onestep_sql::{Dialect, SqlConnector};
+use onestep_sql::SqlConnector;
 use serde_json::{Map, Value, json};
 
 fn table_name() -> String {

@@ -541,18 +541,21 @@ fn the_stock_catalog_has_every_crate_s_types_documented_as_read() {
             "mysql_incremental",
             "mysql_state_store",
             "mysql_table_queue",
+            "mysql_table_sink",
             "postgres",
             "postgres_cursor_store",
             "postgres_execution_source",
             "postgres_incremental",
             "postgres_state_store",
             "postgres_table_queue",
+            "postgres_table_sink",
             "sqlite",
             "sqlite_cursor_store",
             "sqlite_execution_source",
             "sqlite_incremental",
             "sqlite_state_store",
             "sqlite_table_queue",
+            "sqlite_table_sink",
             "webhook"
         ]
     );
@@ -713,5 +716,42 @@ fn incremental_sources_are_checked_field_by_field() {
         &with(&source.replace("state: marks", "state: nowhere")),
         "resources.changes.state",
         "unknown resource \"nowhere\"",
+    );
+}
+
+#[test]
+fn table_sinks_are_checked_field_by_field() {
+    let sink = "  rows:\n    type: sqlite_table_sink\n    connector: db\n    table: results\n    \
+                mode: upsert\n    keys: [id]\n    update_columns: [name, {name: score, policy: \
+                backfill}]\n";
+    let with = |resource: &str| VALID.replace("  queue:\n", &format!("{resource}  queue:\n"));
+    assert_eq!(problems(&with(sink)), Vec::new());
+    expect(
+        &with(&sink.replace("mode: upsert", "mode: merge")),
+        "resources.rows.mode",
+        "must be one of insert, upsert, update; got \"merge\"",
+    );
+    expect(
+        &with(&sink.replace("    keys: [id]\n", "")),
+        "resources.rows.keys",
+        "are required in upsert mode",
+    );
+    expect(
+        &with(&sink.replace("policy: backfill", "policy: sometimes")),
+        "resources.rows.update_columns[1].policy",
+        "must be one of overwrite, skip_null, backfill",
+    );
+    expect(
+        &with(&format!("{sink}    serialize_json: maybe\n")),
+        "resources.rows.serialize_json",
+        "must be one of auto, always, never",
+    );
+    expect(
+        &with(&sink.replace("mode: upsert", "mode: insert").replace(
+            "    keys: [id]\n",
+            "    update_expr: {score: \"score + 1\"}\n",
+        )),
+        "resources.rows.update_expr",
+        "only applies to upsert or update mode",
     );
 }

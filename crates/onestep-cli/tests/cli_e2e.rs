@@ -652,8 +652,8 @@ fn init_db_creates_the_state_tables_check_connect_finds() {
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
 }
 
-/// A YAML worker over a `sqlite_table_queue`: the user's own table drained row by row, each
-/// row's `ack` written, then SIGTERM.
+/// A YAML worker over a `sqlite_table_queue`: the user's own table drained row by row into a
+/// `sqlite_table_sink`, each row's `ack` written, then SIGTERM.
 #[test]
 fn a_yaml_worker_drains_a_sqlite_table_queue() {
     let dir = tempfile::tempdir().unwrap();
@@ -668,6 +668,7 @@ fn a_yaml_worker_drains_a_sqlite_table_queue() {
         .block_on(
             sqlx::raw_sql(
                 "CREATE TABLE tickets (id INTEGER PRIMARY KEY, status TEXT NOT NULL, title TEXT);
+                 CREATE TABLE triaged (id INTEGER PRIMARY KEY, status TEXT, title TEXT);
                  INSERT INTO tickets VALUES (1, 'new', 'a'), (2, 'new', 'b'), (3, 'new', 'c'),
                    (4, 'closed', 'd'), (5, 'new', 'e');",
             )
@@ -682,8 +683,10 @@ fn a_yaml_worker_drains_a_sqlite_table_queue() {
              db: {{type: sqlite, dsn: \"{dsn}\"}}\n  \
              tickets:\n    type: sqlite_table_queue\n    connector: db\n    table: tickets\n    \
              key: id\n    where: \"status = 'new'\"\n    claim: {{status: working}}\n    \
-             ack: {{status: done}}\n    nack: {{status: new}}\n    poll_interval_s: 0.05\n\
-             tasks:\n  - {{name: triage, source: tickets, handler: onestep:echo}}\n"
+             ack: {{status: done}}\n    nack: {{status: new}}\n    poll_interval_s: 0.05\n  \
+             triaged: {{type: sqlite_table_sink, connector: db, table: triaged, mode: upsert, \
+             keys: [id]}}\n\
+             tasks:\n  - {{name: triage, source: tickets, handler: onestep:echo, emit: [triaged]}}\n"
         ),
     )
     .unwrap();
@@ -722,5 +725,18 @@ fn a_yaml_worker_drains_a_sqlite_table_queue() {
         ],
         "{}",
         text(&out)
+    );
+    // The handler echoed each claimed row; the sink wrote it.
+    let triaged: Vec<(i64, String)> = runtime
+        .block_on(sqlx::query_as("SELECT id, status FROM triaged ORDER BY id").fetch_all(&pool))
+        .unwrap();
+    assert_eq!(
+        triaged,
+        [
+            (1, "working".to_string()),
+            (2, "working".to_string()),
+            (3, "working".to_string()),
+            (5, "working".to_string()),
+        ]
     );
 }

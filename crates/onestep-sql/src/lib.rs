@@ -40,6 +40,7 @@ pub mod schema;
 mod sql;
 pub mod state;
 pub mod table_queue;
+pub mod table_sink;
 mod user_table;
 
 #[cfg(feature = "mysql")]

@@ -12,8 +12,8 @@ use std::time::Duration;
 use onestep_core::{
     FailureInfo, FailureKind, OneStepApp, Source, Stage, Task, TaskContext, TaskError,
 };
-use onestep_sql::table_queue::{TableQueueOptions, TableQueueSource};
 use onestep_sql::SqlConnector;
+use onestep_sql::table_queue::{TableQueueOptions, TableQueueSource};
 use serde_json::{Map, Value, json};
 
 fn table_name() -> String {

@@ -1,6 +1,6 @@
 //! This crate's resource types for declarative apps: the `postgres`, `mysql` and `sqlite`
 //! connectors, and over each its `*_execution_source`, `*_state_store`, `*_cursor_store`,
-//! `*_table_queue` and `*_incremental` (one set per enabled dialect feature).
+//! `*_table_queue`, `*_incremental` and `*_table_sink` (one set per enabled dialect feature).
 //!
 //! ```
 //! let mut catalog = onestep_core::catalog::Catalog::core();
@@ -24,10 +24,12 @@ use crate::{BackendOptions, Dialect, PoolSettings, SqlConnector, SqlExecutionBac
 use incremental::IncrementalType;
 use state::{StoreKind, StoreType};
 use table_queue::TableQueueType;
+use table_sink::TableSinkType;
 
 mod incremental;
 mod state;
 mod table_queue;
+mod table_sink;
 
 /// Adds the connector and its resource types for every enabled dialect.
 pub fn register(catalog: &mut Catalog) {
@@ -40,6 +42,7 @@ pub fn register(catalog: &mut Catalog) {
             "postgres_cursor_store",
             "postgres_table_queue",
             "postgres_incremental",
+            "postgres_table_sink",
         ],
     );
     #[cfg(feature = "mysql")]
@@ -51,6 +54,7 @@ pub fn register(catalog: &mut Catalog) {
             "mysql_cursor_store",
             "mysql_table_queue",
             "mysql_incremental",
+            "mysql_table_sink",
         ],
     );
     #[cfg(feature = "sqlite")]
@@ -62,15 +66,16 @@ pub fn register(catalog: &mut Catalog) {
             "sqlite_cursor_store",
             "sqlite_table_queue",
             "sqlite_incremental",
+            "sqlite_table_sink",
         ],
     );
 }
 
 /// Adds `D`'s connector (named `D::NAME`), execution source, state store, cursor store, table
-/// queue and incremental source.
+/// queue, incremental source and table sink.
 fn add<D: Dialect>(
     catalog: &mut Catalog,
-    [source, state, cursor, queue, incremental]: [&'static str; 5],
+    [source, state, cursor, queue, incremental, sink]: [&'static str; 6],
 ) where
     SqlExecutionBackend<D>: LeasedExecutionBackend,
 {
@@ -96,6 +101,10 @@ fn add<D: Dialect>(
         })
         .add(IncrementalType::<D> {
             name: incremental,
+            dialect: PhantomData,
+        })
+        .add(TableSinkType::<D> {
+            name: sink,
             dialect: PhantomData,
         });
 }
@@ -448,18 +457,21 @@ mod tests {
                 "mysql_incremental",
                 "mysql_state_store",
                 "mysql_table_queue",
+                "mysql_table_sink",
                 "postgres",
                 "postgres_cursor_store",
                 "postgres_execution_source",
                 "postgres_incremental",
                 "postgres_state_store",
                 "postgres_table_queue",
+                "postgres_table_sink",
                 "sqlite",
                 "sqlite_cursor_store",
                 "sqlite_execution_source",
                 "sqlite_incremental",
                 "sqlite_state_store",
-                "sqlite_table_queue"
+                "sqlite_table_queue",
+                "sqlite_table_sink"
             ]
         );
     }

@@ -1,0 +1,271 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code
+//! `*_table_sink` on real PostgreSQL, MariaDB and SQLite: insert, upsert and update with the
+//! column policies and expressions, lists of rows in one transaction, JSON values as text, and
+//! bad rows refused before anything is written.
+
+mod support;
+
+use onestep_core::{Envelope, Resource, Sink};
+use onestep_sql::SqlConnector;
+use onestep_sql::table_sink::{ColumnPolicy, SinkMode, TableSink, TableSinkOptions};
+use serde_json::{Value, json};
+use support::raw::Raw;
+
+fn table_name() -> String {
+    format!("sink_{}", &uuid::Uuid::new_v4().simple().to_string()[..10])
+}
+
+async fn create<D: Raw>(connector: &SqlConnector<D>) -> String {
+    let table = table_name();
+    D::exec(
+        connector,
+        &format!(
+            "CREATE TABLE {table} (id BIGINT NOT NULL PRIMARY KEY, name VARCHAR(50), score \
+             INTEGER, note VARCHAR(50), tags TEXT)"
+        ),
+    )
+    .await;
+    table
+}
+
+/// Every row as `id|name|score|note|tags` (empty for NULL).
+async fn rows<D: Raw>(connector: &SqlConnector<D>, table: &str) -> Vec<String> {
+    let mysql = D::NAME == "mysql";
+    let score = if mysql {
+        "CAST(score AS CHAR)"
+    } else {
+        "CAST(score AS VARCHAR(10))"
+    };
+    let parts = [
+        "COALESCE(name, '')".to_owned(),
+        format!("COALESCE({score}, '')"),
+        "COALESCE(note, '')".to_owned(),
+        "COALESCE(tags, '')".to_owned(),
+    ];
+    let joined = if mysql {
+        format!("CAST(CONCAT_WS('|', {}) AS CHAR)", parts.join(", "))
+    } else {
+        parts.join(" || '|' || ")
+    };
+    D::pairs(
+        connector,
+        &format!("SELECT id, {joined} FROM {table} ORDER BY id"),
+    )
+    .await
+    .into_iter()
+    .map(|(id, rest)| format!("{id}|{rest}"))
+    .collect()
+}
+
+async fn send<D: Raw>(sink: &TableSink<D>, body: Value) -> onestep_core::Result<()> {
+    sink.send(Envelope::new(body)).await
+}
+
+async fn insert_upsert_and_update<D: Raw>(connector: SqlConnector<D>) {
+    let table = create(&connector).await;
+    let insert = TableSink::new(
+        connector.clone(),
+        TableSinkOptions::new(&table, SinkMode::Insert),
+    )
+    .unwrap();
+    insert.open().await.unwrap();
+    send(
+        &insert,
+        json!({"id": 1, "name": "a", "score": 1, "tags": ["x", "é"]}),
+    )
+    .await
+    .unwrap();
+    send(
+        &insert,
+        json!([{"id": 2, "name": "b", "note": "keep"}, {"id": 3, "name": "c"}]),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        rows(&connector, &table).await,
+        ["1|a|1||[\"x\", \"é\"]", "2|b||keep|", "3|c|||"]
+    );
+
+    let upsert = TableSink::new(
+        connector.clone(),
+        TableSinkOptions::new(&table, SinkMode::Upsert)
+            .with_keys(["id"])
+            .with_update_columns(vec![
+                ("name".into(), ColumnPolicy::Overwrite),
+                ("note".into(), ColumnPolicy::SkipNull),
+                ("score".into(), ColumnPolicy::Backfill),
+            ]),
+    )
+    .unwrap();
+    send(
+        &upsert,
+        json!([
+            {"id": 1, "name": "a2", "score": 50, "note": null},
+            {"id": 2, "name": "b2", "score": 7, "note": null},
+            {"id": 4, "name": "d", "score": 4}
+        ]),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        rows(&connector, &table).await,
+        [
+            "1|a2|1||[\"x\", \"é\"]", // score kept (backfill), note untouched
+            "2|b2|7|keep|",           // score was null: backfilled; note kept (skip_null)
+            "3|c|||",
+            "4|d|4||"
+        ]
+    );
+
+    let update = TableSink::new(
+        connector.clone(),
+        TableSinkOptions::new(&table, SinkMode::Update)
+            .with_keys(["id"])
+            .with_update_expr(vec![("score".into(), "99".into())]),
+    )
+    .unwrap();
+    send(&update, json!({"id": 3, "name": "c2"})).await.unwrap();
+    send(&update, json!({"id": 40, "name": "nobody"}))
+        .await
+        .unwrap();
+    assert_eq!(
+        rows(&connector, &table).await,
+        [
+            "1|a2|1||[\"x\", \"é\"]",
+            "2|b2|7|keep|",
+            "3|c2|99||",
+            "4|d|4||"
+        ]
+    );
+}
+
+async fn bad_rows_write_nothing<D: Raw>(connector: SqlConnector<D>) {
+    let table = create(&connector).await;
+    let insert = TableSink::new(
+        connector.clone(),
+        TableSinkOptions::new(&table, SinkMode::Insert),
+    )
+    .unwrap();
+    let cases = [
+        (json!({"id": 1, "nope": 2}), "body.nope names no column of"),
+        (
+            json!([{"id": 1, "name": "ok"}, {"id": 2, "nope": 2}]),
+            "body[1].nope names no column of",
+        ),
+        (
+            json!([{"id": 1}, 5]),
+            "body[1] must be a row (a mapping of column: value), got",
+        ),
+        (
+            json!("text"),
+            "body must be a row (a mapping of column: value) or a list of rows",
+        ),
+    ];
+    for (body, expected) in cases {
+        let err = send(&insert, body).await.unwrap_err();
+        assert!(err.to_string().starts_with(expected), "{err}");
+    }
+    assert!(rows(&connector, &table).await.is_empty(), "nothing written");
+    // A failure inside the transaction rolls back the rows before it.
+    let err = send(
+        &insert,
+        json!([{"id": 1, "name": "a"}, {"id": 1, "name": "dup"}]),
+    )
+    .await
+    .unwrap_err();
+    assert!(matches!(err, onestep_core::Error::Connector(_)), "{err:?}");
+    assert!(rows(&connector, &table).await.is_empty(), "all or nothing");
+
+    let update = TableSink::new(
+        connector.clone(),
+        TableSinkOptions::new(&table, SinkMode::Update).with_keys(["id"]),
+    )
+    .unwrap();
+    let err = send(&update, json!({"name": "x"})).await.unwrap_err();
+    assert!(
+        err.to_string()
+            .starts_with("body lacks the key column \"id\" (update mode)"),
+        "{err}"
+    );
+    for (options, expected) in [
+        (
+            TableSinkOptions::new(&table, SinkMode::Upsert),
+            "keys are required in upsert mode",
+        ),
+        (
+            TableSinkOptions::new(&table, SinkMode::Insert)
+                .with_update_expr(vec![("score".into(), "1".into())]),
+            "update_expr only applies to upsert or update mode",
+        ),
+        (
+            TableSinkOptions::new(&table, SinkMode::Update)
+                .with_keys(["id"])
+                .with_update_columns(Vec::new()),
+            "update_columns is empty: update mode then requires update_expr",
+        ),
+        (
+            TableSinkOptions::new("bad name", SinkMode::Insert),
+            "table must be a non-empty SQL identifier",
+        ),
+    ] {
+        let err = TableSink::new(connector.clone(), options).unwrap_err();
+        assert!(err.to_string().starts_with(expected), "{err}");
+    }
+    let missing = TableSink::new(
+        connector,
+        TableSinkOptions::new(&table, SinkMode::Upsert).with_keys(["uid"]),
+    )
+    .unwrap();
+    let err = missing.open().await.unwrap_err();
+    assert!(
+        err.to_string().starts_with("keys[0] names no column of"),
+        "{err}"
+    );
+}
+
+macro_rules! suite {
+    ($module:ident, $dialect:ty, $connector:expr) => {
+        mod $module {
+            use super::*;
+
+            fn connected() -> (SqlConnector<$dialect>, Option<tempfile::TempDir>) {
+                $connector
+            }
+
+            #[tokio::test]
+            async fn modes_and_policies() {
+                let (connector, _dir) = connected();
+                insert_upsert_and_update(connector).await;
+            }
+
+            #[tokio::test]
+            async fn bad_rows() {
+                let (connector, _dir) = connected();
+                bad_rows_write_nothing(connector).await;
+            }
+        }
+    };
+}
+
+suite!(
+    postgres,
+    onestep_sql::postgres::Postgres,
+    (SqlConnector::new(&support::postgres_url()).unwrap(), None)
+);
+suite!(
+    mysql,
+    onestep_sql::mysql::MySql,
+    (SqlConnector::new(&support::mysql_url()).unwrap(), None)
+);
+
+fn sqlite_connector() -> (
+    SqlConnector<onestep_sql::sqlite::Sqlite>,
+    Option<tempfile::TempDir>,
+) {
+    let dir = support::sqlite_dir();
+    let path = dir.path().join("sink.db");
+    let connector = SqlConnector::new(&format!("sqlite://{}?mode=rwc", path.display())).unwrap();
+    (connector, Some(dir))
+}
+
+suite!(sqlite, onestep_sql::sqlite::Sqlite, sqlite_connector());

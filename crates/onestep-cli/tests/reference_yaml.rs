@@ -1,0 +1,78 @@
+//! A YAML file of the reference's SQL resource types passes both `check --strict`s: this
+//! port's (`examples/sqlite-sources.yaml` as shipped) and the Python reference's (the same file
+//! with its `onestep:echo` handlers swapped for Python refs), so a file moves between them
+//! unchanged apart from handler refs.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::process::Command;
+
+fn workspace() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+#[test]
+fn the_sql_sources_example_passes_both_strict_checks() {
+    let example = workspace().join("examples/sqlite-sources.yaml");
+    let ours = Command::new(env!("CARGO_BIN_EXE_onestep"))
+        .args(["check", "--strict", example.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(
+        ours.status.code(),
+        Some(0),
+        "{}{}",
+        String::from_utf8_lossy(&ours.stdout),
+        String::from_utf8_lossy(&ours.stderr)
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(&example).unwrap();
+    let mut handlers = 0;
+    let python_yaml = text
+        .lines()
+        .map(|line| {
+            if line.trim() == "handler: onestep:echo" {
+                handlers += 1;
+                line.replace(
+                    "onestep:echo",
+                    &format!("{{ref: \"shop_handlers:h{handlers}\"}}"),
+                )
+            } else {
+                line.to_owned()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(
+        handlers >= 2,
+        "the example's handlers are onestep:echo lines"
+    );
+    let file = dir.path().join("sources.yaml");
+    std::fs::write(&file, python_yaml).unwrap();
+    let module: String = (1..=handlers)
+        .map(|i| format!("async def h{i}(ctx, payload):\n    return payload\n"))
+        .collect();
+    std::fs::write(dir.path().join("shop_handlers.py"), module).unwrap();
+    let python = onestep_testkit::reference::python();
+    let reference = Command::new(python)
+        .args([
+            "-c",
+            "import sys; from onestep.cli import main; sys.exit(main())",
+        ])
+        .args(["check", "--strict", file.to_str().unwrap()])
+        .current_dir(dir.path())
+        .env("PYTHONPATH", dir.path())
+        .env(
+            "ONESTEP_SQLITE_DSN",
+            format!("sqlite:///{}", dir.path().join("shop.db").display()),
+        )
+        .output()
+        .unwrap();
+    assert_eq!(
+        reference.status.code(),
+        Some(0),
+        "the reference refused the file: {}{}",
+        String::from_utf8_lossy(&reference.stdout),
+        String::from_utf8_lossy(&reference.stderr)
+    );
+}

@@ -23,6 +23,8 @@ use serde_json::{Value, json};
 use crate::kind::Kind;
 use crate::servers::{Options, Servers};
 
+mod sources;
+
 /// What `cargo xtask bench` was asked to do.
 #[derive(Debug)]
 pub struct BenchOptions {
@@ -111,6 +113,8 @@ pub fn run(server_options: Options, options: &BenchOptions) -> Result<()> {
             "burndown",
             "--example",
             "http_submit",
+            "--example",
+            "source_drain",
             "--bin",
             "onestep",
         ],
@@ -134,6 +138,9 @@ pub fn run(server_options: Options, options: &BenchOptions) -> Result<()> {
 
     let file = crate::write_jsonl("bench", &lines)?;
     println!("\n{}", summary(&lines));
+    if lines.iter().any(|l| l.get("workload").is_some()) {
+        println!("\n{}", sources::summary(&lines));
+    }
     println!("xtask: results in {}", file.display());
     Ok(())
 }
@@ -253,6 +260,19 @@ fn run_all(
             println!("{line}");
             lines.push(line);
         }
+        let sqlite_file = sqlite_dir.join("bench-sources.db");
+        remove_sqlite(&sqlite_file)?;
+        let servers = [
+            ("postgres", postgres.clone()),
+            ("mariadb", mariadb.clone()),
+            (
+                "sqlite",
+                format!("sqlite://{}?mode=rwc", sqlite_file.display()),
+            ),
+        ];
+        let drain = crate::target_dir().join("release/examples/source_drain");
+        lines.extend(sources::run(root, &drain, &servers)?);
+        remove_sqlite(&sqlite_file)?;
     }
     Ok(lines)
 }
@@ -355,7 +375,7 @@ fn summary(lines: &[Value]) -> String {
         (Some(a), Some(b)) if b > 0.0 => format!("{:.1}×", a / b),
         _ => "–".to_string(),
     };
-    for line in lines {
+    for line in lines.iter().filter(|l| l.get("workload").is_none()) {
         let text = |key: &str| line.get(key).and_then(Value::as_str).unwrap_or("?");
         let number = |key: &str| {
             line.get(key)

@@ -18,16 +18,17 @@ use std::time::{Duration, Instant, SystemTime};
 
 use serde_json::{Value, json};
 
-/// What `pip install` puts into the reference virtualenv: the reference itself, its SQL
-/// backends with both drivers, and hypothesis for the property tests.
+/// What `pip install` puts into the reference virtualenv: the reference itself with its YAML
+/// loader (its `onestep check` reads the YAML tests hand it), its SQL backends with both drivers
+/// (and SQLite's, a base requirement), and hypothesis for the property tests.
 pub const REQUIREMENTS: [&str; 3] = [
-    "onestep==1.15.0",
+    "onestep[yaml]==1.15.0",
     "onestep-sql[postgres,mysql]==0.7.1",
     "hypothesis==6.170.17",
 ];
 
 /// Succeeds only in a virtualenv that holds [`REQUIREMENTS`].
-const READY_CHECK: &str = "import onestep_sql.postgres, onestep_sql.mysql, psycopg, asyncmy, hypothesis\n\
+const READY_CHECK: &str = "import onestep_sql.postgres, onestep_sql.mysql, onestep_sql.sqlite, psycopg, asyncmy, aiosqlite, hypothesis, yaml\n\
 from importlib.metadata import version\n\
 assert version('onestep') == '1.15.0', version('onestep')\n\
 assert version('onestep-sql') == '0.7.1', version('onestep-sql')\n\

@@ -20,7 +20,7 @@ use onestep_core::{
     Result, Source,
 };
 use serde_json::{Map, Value};
-use tokio::sync::OnceCell;
+use tokio::sync::{OnceCell, oneshot};
 
 use crate::SqlConnector;
 use crate::dialect::Dialect;
@@ -151,6 +151,10 @@ struct Inner<D: Dialect> {
     connector: SqlConnector<D>,
     options: TableQueueOptions,
     statements: OnceCell<Statements>,
+    /// Acks waiting to be written, each with the channel its outcome goes to.
+    acks: std::sync::Mutex<Vec<(Value, oneshot::Sender<Result<()>>)>>,
+    /// Held by the one task writing a batch of acks.
+    ack_writer: tokio::sync::Mutex<()>,
 }
 
 /// A [`Source`] over a table of the user's (see the module docs).
@@ -178,6 +182,8 @@ impl<D: Dialect> TableQueueSource<D> {
                 connector,
                 options,
                 statements: OnceCell::new(),
+                acks: std::sync::Mutex::default(),
+                ack_writer: tokio::sync::Mutex::new(()),
             }),
         })
     }
@@ -328,14 +334,15 @@ impl<D: Dialect> Inner<D> {
             .collect()
     }
 
-    /// Writes `values` to the row whose key is `key` (nothing for an empty map).
+    /// Writes `values` to the rows whose keys are `keys`, in one statement and transaction
+    /// (nothing for an empty map).
     async fn update(
         &self,
-        key: &Value,
+        keys: &[Value],
         values: &Map<String, Value>,
         operation: ConnectorOperation,
     ) -> Result<()> {
-        if values.is_empty() {
+        if values.is_empty() || keys.is_empty() {
             return Ok(());
         }
         let statements = self.statements().await?;
@@ -348,15 +355,15 @@ impl<D: Dialect> Inner<D> {
                     .find(|c| same_column::<D>(&c.name, name))
             })
             .collect();
+        let marks = vec![sql::placeholder::<D>(&statements.key); keys.len()].join(", ");
         let text = D::render(&format!(
-            "UPDATE {} SET {} WHERE {} = {}",
+            "UPDATE {} SET {} WHERE {} IN ({marks})",
             sql::quote::<D>(&self.options.table),
             sql::assignments::<D>(&columns),
             sql::quote::<D>(&statements.key.name),
-            sql::placeholder::<D>(&statements.key)
         ));
         let mut params: Vec<Param> = values.values().map(sql::bind::<D>).collect();
-        params.push(sql::bind::<D>(key));
+        params.extend(keys.iter().map(sql::bind::<D>));
         let pool = self.connector.pool()?;
         let mut tx = D::begin(&pool)
             .await
@@ -365,6 +372,54 @@ impl<D: Dialect> Inner<D> {
             .await
             .map_err(|e| self.error(operation, e))?;
         tx.commit().await.map_err(|e| self.error(operation, e))
+    }
+
+    /// Writes the `ack` values to `key`'s row, together with the acks that arrive while an
+    /// earlier write runs: each ack joins the waiting list; whoever holds the writer takes the
+    /// whole list and writes it in one statement, and every ack in it gets that outcome. Under
+    /// load a batch per round trip, alone an ack is written at once.
+    async fn ack(&self, key: Value) -> Result<()> {
+        if self.options.ack.is_empty() {
+            return Ok(());
+        }
+        let (done, outcome) = oneshot::channel();
+        self.acks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((key, done));
+        {
+            let _writer = self.ack_writer.lock().await;
+            let batch = std::mem::take(&mut *self.acks.lock().unwrap_or_else(|p| p.into_inner()));
+            if !batch.is_empty() {
+                let keys: Vec<Value> = batch.iter().map(|(k, _)| k.clone()).collect();
+                let result = self
+                    .update(&keys, &self.options.ack, ConnectorOperation::Ack)
+                    .await;
+                for (_, done) in batch {
+                    let _ = done.send(match &result {
+                        Ok(()) => Ok(()),
+                        Err(e) => Err(self.shared_error(e)),
+                    });
+                }
+            }
+        }
+        outcome.await.unwrap_or_else(|_| {
+            // The writer that took this ack was dropped mid-write: its transaction rolled back.
+            Err(self.shared_error(&Error::other("the batched ack write was cancelled")))
+        })
+    }
+
+    /// One waiter's copy of a batch write's error (errors are not `Clone`): the same kind, with
+    /// the message as its cause.
+    fn shared_error(&self, err: &Error) -> Error {
+        let kind = match err {
+            Error::Connector(c) => c.kind,
+            _ => onestep_core::ConnectorErrorKind::Uncertain,
+        };
+        Error::Connector(
+            ConnectorOperationError::new(D::NAME, ConnectorOperation::Ack, kind, self.name.clone())
+                .with_cause(std::io::Error::other(err.to_string())),
+        )
     }
 }
 
@@ -439,10 +494,7 @@ impl<D: Dialect> Delivery for TableQueueDelivery<D> {
     }
 
     async fn ack(&mut self) -> Result<()> {
-        let ack = &self.queue.options.ack;
-        self.queue
-            .update(&self.key, ack, ConnectorOperation::Ack)
-            .await
+        self.queue.ack(self.key.clone()).await
     }
 
     async fn retry(&mut self, delay: Option<Duration>) -> Result<()> {
@@ -451,21 +503,33 @@ impl<D: Dialect> Delivery for TableQueueDelivery<D> {
         }
         let nack = &self.queue.options.nack;
         self.queue
-            .update(&self.key, nack, ConnectorOperation::Retry)
+            .update(
+                std::slice::from_ref(&self.key),
+                nack,
+                ConnectorOperation::Retry,
+            )
             .await
     }
 
     async fn fail(&mut self, _failure: &FailureInfo) -> Result<()> {
         let nack = &self.queue.options.nack;
         self.queue
-            .update(&self.key, nack, ConnectorOperation::Fail)
+            .update(
+                std::slice::from_ref(&self.key),
+                nack,
+                ConnectorOperation::Fail,
+            )
             .await
     }
 
     async fn release_unstarted(&mut self) -> Result<()> {
         let nack = &self.queue.options.nack;
         self.queue
-            .update(&self.key, nack, ConnectorOperation::Retry)
+            .update(
+                std::slice::from_ref(&self.key),
+                nack,
+                ConnectorOperation::Retry,
+            )
             .await
     }
 }

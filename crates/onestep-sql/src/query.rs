@@ -21,7 +21,6 @@ use onestep_core::execution::{ExecutionError, ExecutionQuery, ExecutionResult, E
 use crate::param::Param;
 use crate::schema;
 use crate::sql::EXECUTION_COLUMNS;
-use crate::state::StateTable;
 
 /// A statement ready for [`crate::dialect::Dialect::fetch`]: its text in the dialect's
 /// placeholder style, and its parameters in order.
@@ -119,23 +118,31 @@ pub(crate) fn prune_candidates(
     build(dialect, &select)
 }
 
+/// The table and columns of a key-value state table (`crate::state::StateTable`'s names).
+pub(crate) struct KeyValueTable<'a> {
+    pub(crate) table: &'a str,
+    pub(crate) key: &'a str,
+    pub(crate) value: &'a str,
+    pub(crate) updated_at: &'a str,
+}
+
 /// `INSERT` of `key` with its value text and time into a state table, or `UPDATE` of the value
 /// and time where the key is there already.
 pub(crate) fn upsert_state(
     dialect: schema::Dialect,
-    table: &StateTable,
+    table: &KeyValueTable<'_>,
     key: &str,
     value: String,
     updated_at: OffsetDateTime,
 ) -> ExecutionResult<Built> {
     let (k, v, u) = (
-        Alias::new(&table.key_column),
-        Alias::new(&table.value_column),
-        Alias::new(&table.updated_at_column),
+        Alias::new(table.key),
+        Alias::new(table.value),
+        Alias::new(table.updated_at),
     );
     let mut insert = Query::insert();
     insert
-        .into_table(Alias::new(&table.table))
+        .into_table(Alias::new(table.table))
         .columns([k.clone(), v.clone(), u.clone()])
         .values([key.into(), value.into(), updated_at.into()])
         .map_err(|e| ExecutionError::Backend(format!("internal: state upsert: {e}").into()))?
@@ -183,7 +190,12 @@ mod tests {
     #[test]
     fn the_state_upsert_is_spelled_per_dialect() {
         let at = time::macros::datetime!(2026-01-02 03:04:05 UTC);
-        let table = StateTable::state();
+        let table = KeyValueTable {
+            table: "onestep_state",
+            key: "state_key",
+            value: "state_value",
+            updated_at: "updated_at",
+        };
         let pg = upsert_state(schema::Dialect::Postgres, &table, "k", "1".into(), at).unwrap();
         assert_eq!(
             pg.sql,

@@ -304,9 +304,15 @@ impl<D: Dialect> SqlStateStore<D> {
         Self::check_key(key)?;
         self.ensure_ready().await?;
         let op = ConnectorOperation::Send;
+        let table = query::KeyValueTable {
+            table: &self.table.table,
+            key: &self.table.key_column,
+            value: &self.table.value_column,
+            updated_at: &self.table.updated_at_column,
+        };
         let built = query::upsert_state(
             D::SCHEMA,
-            &self.table,
+            &table,
             key,
             python_dumps(value),
             OffsetDateTime::now_utc(),

@@ -29,7 +29,7 @@ use tokio::time::Instant;
 use crate::SqlConnector;
 use crate::dialect::Dialect;
 use crate::param::Param;
-use crate::schema::{self, validate_table_name};
+use crate::schema::{self};
 use crate::user_table::{self as sql, ColumnInfo, find_column};
 
 /// The reference's tag of a `datetime` component in a saved cursor.
@@ -121,10 +121,7 @@ impl IncrementalOptions {
 
     /// Checks every field that needs no database, naming the field at fault.
     pub fn validate(&self, dialect: schema::Dialect) -> Result<()> {
-        let identifier = |field: &str, name: &str| {
-            validate_table_name(field, name, dialect)
-                .map_err(|e| Error::invalid(field, e.to_string().trim_start_matches(field).trim()))
-        };
+        let identifier = |field: &str, name: &str| sql::identifier(field, name, dialect);
         identifier("table", &self.table)?;
         identifier("key", &self.key)?;
         if self.cursor.is_empty() {
@@ -262,11 +259,7 @@ impl<D: Dialect> IncrementalSource<D> {
 
 impl<D: Dialect> Inner<D> {
     fn error(&self, operation: ConnectorOperation, err: sqlx::Error) -> Error {
-        let mut error =
-            ConnectorOperationError::new(D::NAME, operation, D::classify(&err), self.name.clone())
-                .with_cause(err);
-        error.retry_delay = Some(self.options.poll_interval);
-        Error::Connector(error)
+        sql::connector_error::<D>(&self.name, operation, err, Some(self.options.poll_interval))
     }
 
     async fn reader(&self) -> Result<&Reader> {

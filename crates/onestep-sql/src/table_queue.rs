@@ -25,7 +25,7 @@ use tokio::sync::{OnceCell, oneshot};
 use crate::SqlConnector;
 use crate::dialect::Dialect;
 use crate::param::Param;
-use crate::schema::{self, validate_table_name};
+use crate::schema::{self};
 use crate::user_table::{self as sql, ColumnInfo, find_column, same_column};
 
 /// What a table queue reads and writes.
@@ -103,10 +103,7 @@ impl TableQueueOptions {
 
     /// Checks every field that needs no database, naming the field at fault.
     pub fn validate(&self, dialect: schema::Dialect) -> Result<()> {
-        let identifier = |field: &str, name: &str| {
-            validate_table_name(field, name, dialect)
-                .map_err(|e| Error::invalid(field, e.to_string().trim_start_matches(field).trim()))
-        };
+        let identifier = |field: &str, name: &str| sql::identifier(field, name, dialect);
         identifier("table", &self.table)?;
         identifier("key", &self.key)?;
         for (map, values) in [
@@ -196,13 +193,8 @@ impl<D: Dialect> TableQueueSource<D> {
 
 impl<D: Dialect> Inner<D> {
     fn error(&self, operation: ConnectorOperation, err: sqlx::Error) -> Error {
-        let mut error =
-            ConnectorOperationError::new(D::NAME, operation, D::classify(&err), self.name.clone())
-                .with_cause(err);
-        if operation == ConnectorOperation::Fetch {
-            error.retry_delay = Some(self.options.poll_interval);
-        }
-        Error::Connector(error)
+        let delay = (operation == ConnectorOperation::Fetch).then_some(self.options.poll_interval);
+        sql::connector_error::<D>(&self.name, operation, err, delay)
     }
 
     async fn statements(&self) -> Result<&Statements> {

@@ -16,16 +16,14 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use onestep_core::execution::canonical::python_dumps;
-use onestep_core::{
-    ConnectorOperation, ConnectorOperationError, Envelope, Error, Resource, Result, Sink,
-};
+use onestep_core::{ConnectorOperation, Envelope, Error, Resource, Result, Sink};
 use serde_json::{Map, Value};
 use tokio::sync::OnceCell;
 
 use crate::SqlConnector;
 use crate::dialect::Dialect;
 use crate::param::Param;
-use crate::schema::{self, validate_table_name};
+use crate::schema::{self};
 use crate::user_table::{self as sql, ColumnInfo, find_column};
 
 /// How rows are written.
@@ -121,10 +119,7 @@ impl TableSinkOptions {
     /// Checks every field that needs no database, naming the field at fault, with the
     /// reference's rules.
     pub fn validate(&self, dialect: schema::Dialect) -> Result<()> {
-        let identifier = |field: &str, name: &str| {
-            validate_table_name(field, name, dialect)
-                .map_err(|e| Error::invalid(field, e.to_string().trim_start_matches(field).trim()))
-        };
+        let identifier = |field: &str, name: &str| sql::identifier(field, name, dialect);
         identifier("table", &self.table)?;
         for (i, key) in self.keys.iter().enumerate() {
             identifier(&format!("keys[{i}]"), key)?;
@@ -223,15 +218,8 @@ type Write = Option<(String, Vec<Param>)>;
 
 impl<D: Dialect> Inner<D> {
     fn error(&self, err: sqlx::Error) -> Error {
-        let mut error = ConnectorOperationError::new(
-            D::NAME,
-            ConnectorOperation::Send,
-            D::classify(&err),
-            self.name.clone(),
-        )
-        .with_cause(err);
-        error.retry_delay = Some(std::time::Duration::from_secs(1));
-        Error::Connector(error)
+        let delay = Some(std::time::Duration::from_secs(1));
+        sql::connector_error::<D>(&self.name, ConnectorOperation::Send, err, delay)
     }
 
     async fn columns(&self) -> Result<&Vec<ColumnInfo>> {

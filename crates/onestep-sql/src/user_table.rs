@@ -3,13 +3,15 @@
 //! JSON in the database. Identifiers are validated before they reach here and quoted; a user's
 //! `where` is pasted as written (trusted configuration); every value is bound.
 
-use onestep_core::{ConnectorOperation, Error, Result};
+use std::time::Duration;
+
+use onestep_core::{ConnectorOperation, ConnectorOperationError, Error, Result};
 use serde_json::Value;
 
 use crate::SqlConnector;
 use crate::dialect::Dialect;
 use crate::param::Param;
-use crate::schema;
+use crate::schema::{self, validate_table_name};
 
 /// One column of the user's table: its name and its declared type (PostgreSQL's
 /// `format_type`, MySQL's `column_type`, SQLite's declared type).
@@ -184,4 +186,25 @@ pub(crate) fn find_column<'c, D: Dialect>(
                 ),
             )
         })
+}
+
+/// Checks that `name`, given as the option `field`, is an identifier the dialect takes: a field
+/// error (`table must be a non-empty SQL identifier`) otherwise.
+pub(crate) fn identifier(field: &str, name: &str, dialect: schema::Dialect) -> Result<()> {
+    validate_table_name(field, name, dialect)
+        .map_err(|e| Error::invalid(field, e.to_string().trim_start_matches(field).trim()))
+}
+
+/// A driver error of the resource `name` during `operation`, classified by the dialect, with
+/// the delay the runner should wait before trying again.
+pub(crate) fn connector_error<D: Dialect>(
+    name: &str,
+    operation: ConnectorOperation,
+    err: sqlx::Error,
+    retry_delay: Option<Duration>,
+) -> Error {
+    let mut error =
+        ConnectorOperationError::new(D::NAME, operation, D::classify(&err), name).with_cause(err);
+    error.retry_delay = retry_delay;
+    Error::Connector(error)
 }

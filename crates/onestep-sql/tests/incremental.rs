@@ -310,10 +310,7 @@ fn sqlite_connector() -> (
     SqlConnector<onestep_sql::sqlite::Sqlite>,
     Option<tempfile::TempDir>,
 ) {
-    let dir = support::sqlite_dir();
-    let path = dir.path().join("incremental.db");
-    let connector = SqlConnector::new(&format!("sqlite://{}?mode=rwc", path.display())).unwrap();
-    (connector, Some(dir))
+    support::sqlite_connected("incremental.db")
 }
 
 suite!(sqlite, onestep_sql::sqlite::Sqlite, sqlite_connector());

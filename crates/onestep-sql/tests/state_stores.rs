@@ -245,15 +245,11 @@ suite!(
     raw_mysql
 );
 
-/// A SQLite database in a directory of its own, removed when the test ends.
 fn sqlite_connector() -> (
     SqlConnector<onestep_sql::sqlite::Sqlite>,
     Option<tempfile::TempDir>,
 ) {
-    let dir = support::sqlite_dir();
-    let path = dir.path().join("state.db");
-    let connector = SqlConnector::new(&format!("sqlite://{}?mode=rwc", path.display())).unwrap();
-    (connector, Some(dir))
+    support::sqlite_connected("state.db")
 }
 
 suite!(

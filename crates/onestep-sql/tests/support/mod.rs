@@ -37,6 +37,20 @@ pub fn sqlite_dir() -> tempfile::TempDir {
         .unwrap()
 }
 
+/// A connector to a SQLite database `file` in a directory of its own, and the directory, which
+/// removes the database when the test drops it.
+pub fn sqlite_connected(
+    file: &str,
+) -> (
+    onestep_sql::SqlConnector<onestep_sql::sqlite::Sqlite>,
+    Option<tempfile::TempDir>,
+) {
+    let dir = sqlite_dir();
+    let dsn = format!("sqlite://{}?mode=rwc", dir.path().join(file).display());
+    let connector = onestep_sql::SqlConnector::new(&dsn).unwrap();
+    (connector, Some(dir))
+}
+
 /// Builds backends of dialect `D` whose tables are named after the case's store.
 pub struct SqlFactory<D: Dialect> {
     dsn: Box<dyn Fn(&str) -> String + Send + Sync>,

@@ -213,6 +213,8 @@ struct Inner<D: Dialect> {
     store: Arc<dyn CursorStore>,
     reader: OnceCell<Reader>,
     progress: Mutex<Progress>,
+    /// Held for the whole of a fetch.
+    fetching: Mutex<()>,
 }
 
 /// A [`Source`] reading new rows of a table in cursor order (see the module docs).
@@ -247,6 +249,7 @@ impl<D: Dialect> IncrementalSource<D> {
                 store,
                 reader: OnceCell::new(),
                 progress: Mutex::default(),
+                fetching: Mutex::new(()),
             }),
         })
     }
@@ -512,6 +515,9 @@ impl<D: Dialect> Source for IncrementalSource<D> {
     async fn fetch(&self, limit: usize) -> Result<Vec<Box<dyn Delivery>>> {
         let inner = &self.inner;
         let reader = inner.reader().await?;
+        // One fetch at a time reads on from the fetched cursor; acks only wait for the progress
+        // lock, which is not held while the rows are read.
+        let _fetching = inner.fetching.lock().await;
         let mut progress = inner.progress.lock().await;
         inner.load(&mut progress).await?;
         if let Some(reason) = &progress.blocked {
@@ -557,7 +563,9 @@ impl<D: Dialect> Source for IncrementalSource<D> {
             .fetched
             .clone()
             .or_else(|| progress.committed.clone());
+        drop(progress);
         let rows = inner.read(after.as_deref(), limit).await?;
+        let mut progress = inner.progress.lock().await;
         let mut deliveries: Vec<Box<dyn Delivery>> = Vec::with_capacity(rows.len());
         for row in rows {
             let cursor = inner.cursor_of(reader, &row)?;

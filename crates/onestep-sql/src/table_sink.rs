@@ -237,9 +237,71 @@ impl<D: Dialect> Inner<D> {
                 for (column, _) in &o.update_expr {
                     find_column::<D>(&columns, &o.table, &format!("update_expr.{column}"), column)?;
                 }
+                if o.mode == SinkMode::Upsert && D::SCHEMA.is_mysql_family() {
+                    self.check_upsert_keys().await?;
+                }
                 Ok(columns)
             })
             .await
+    }
+
+    /// MySQL/MariaDB: `ON DUPLICATE KEY UPDATE` fires on any unique index, and without one on
+    /// the keys an upsert silently inserts a second row. As the reference does, refuse keys that
+    /// are not exactly the columns of the primary key or of a unique index. (PostgreSQL and
+    /// SQLite refuse such an `ON CONFLICT` themselves.)
+    async fn check_upsert_keys(&self) -> Result<()> {
+        let o = &self.options;
+        let pool = self.connector.pool()?;
+        let mut tx = D::begin(&pool).await.map_err(|e| self.error(e))?;
+        let rows = D::fetch(
+            &mut tx,
+            "SELECT CAST(index_name AS CHAR), CAST(GROUP_CONCAT(column_name ORDER BY \
+             seq_in_index SEPARATOR ',') AS CHAR) FROM information_schema.statistics WHERE \
+             table_schema = DATABASE() AND table_name = ? AND non_unique = 0 GROUP BY index_name",
+            vec![Param::Text(o.table.clone())],
+        )
+        .await
+        .map_err(|e| self.error(e))?;
+        tx.commit().await.map_err(|e| self.error(e))?;
+        let mut unique = Vec::new();
+        for row in &rows {
+            let name = D::text(row, 0)
+                .map_err(|e| self.error(e))?
+                .unwrap_or_default();
+            let columns = D::text(row, 1)
+                .map_err(|e| self.error(e))?
+                .unwrap_or_default();
+            unique.push((name, columns));
+        }
+        let wanted: std::collections::BTreeSet<String> =
+            o.keys.iter().map(|k| k.to_ascii_lowercase()).collect();
+        let matches = unique.iter().any(|(_, columns)| {
+            columns
+                .split(',')
+                .map(str::to_ascii_lowercase)
+                .collect::<std::collections::BTreeSet<_>>()
+                == wanted
+        });
+        if matches {
+            return Ok(());
+        }
+        let found: Vec<String> = unique
+            .iter()
+            .map(|(name, columns)| format!("{name} ({columns})"))
+            .collect();
+        Err(Error::invalid(
+            "keys",
+            format!(
+                "must be the columns of the primary key or of a unique index of {} for an \
+                 upsert, or it inserts duplicates; its unique indexes: {}",
+                o.table,
+                if found.is_empty() {
+                    "none".to_owned()
+                } else {
+                    found.join(", ")
+                }
+            ),
+        ))
     }
 
     /// `value` as written into `column` under `serialize_json`.

@@ -266,3 +266,33 @@ fn sqlite_connector() -> (
 }
 
 suite!(sqlite, onestep_sql::sqlite::Sqlite, sqlite_connector());
+
+/// MySQL/MariaDB: an upsert on keys no unique index covers would insert duplicates there; the
+/// sink refuses it when it opens.
+#[tokio::test]
+async fn mysql_upsert_keys_need_a_unique_index() {
+    let connector = SqlConnector::<onestep_sql::mysql::MySql>::new(&support::mysql_url()).unwrap();
+    let table = create(&connector).await;
+    let upsert = |keys: &[&str]| {
+        TableSink::new(
+            connector.clone(),
+            TableSinkOptions::new(&table, SinkMode::Upsert).with_keys(keys.iter().copied()),
+        )
+        .unwrap()
+    };
+    let err = upsert(&["name"]).open().await.unwrap_err();
+    assert!(
+        err.to_string()
+            .starts_with("keys must be the columns of the primary key or of a unique index of")
+            && err.to_string().contains("PRIMARY (id)"),
+        "{err}"
+    );
+    assert!(rows(&connector, &table).await.is_empty());
+    upsert(&["id"]).open().await.unwrap();
+    <onestep_sql::mysql::MySql as Raw>::exec(
+        &connector,
+        &format!("CREATE UNIQUE INDEX uq_{table} ON {table} (name, note)"),
+    )
+    .await;
+    upsert(&["note", "name"]).open().await.unwrap();
+}

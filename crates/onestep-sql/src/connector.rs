@@ -5,8 +5,9 @@ use std::sync::{Arc, Mutex};
 use onestep_core::execution::{ExecutionError, ExecutionResult};
 use onestep_core::{ConnectorErrorKind, ConnectorOperation, ConnectorOperationError};
 
-use crate::dialect::{Dialect, PoolSettings};
+use crate::dialect::{Dialect, PoolSettings, Row};
 use crate::dsn::Dsn;
+use crate::param::Param;
 
 struct Inner<D: Dialect> {
     dsn: Dsn,
@@ -125,5 +126,33 @@ impl<D: Dialect> SqlConnector<D> {
         if let Some(pool) = pool {
             pool.close().await;
         }
+    }
+
+    /// Runs one query in a transaction of its own and returns its rows; `error` maps a driver
+    /// error (the stores and the sources over a user's table name themselves in it).
+    pub(crate) async fn fetch_alone(
+        &self,
+        sql: &str,
+        params: Vec<Param>,
+        error: impl Fn(sqlx::Error) -> onestep_core::Error,
+    ) -> onestep_core::Result<Vec<Row<D>>> {
+        let pool = self.pool()?;
+        let mut tx = D::begin(&pool).await.map_err(&error)?;
+        let rows = D::fetch(&mut tx, sql, params).await.map_err(&error)?;
+        tx.commit().await.map_err(&error)?;
+        Ok(rows)
+    }
+
+    /// Runs one statement in a transaction of its own; see [`SqlConnector::fetch_alone`].
+    pub(crate) async fn execute_alone(
+        &self,
+        sql: &str,
+        params: Vec<Param>,
+        error: impl Fn(sqlx::Error) -> onestep_core::Error,
+    ) -> onestep_core::Result<()> {
+        let pool = self.pool()?;
+        let mut tx = D::begin(&pool).await.map_err(&error)?;
+        D::execute(&mut tx, sql, params).await.map_err(&error)?;
+        tx.commit().await.map_err(&error)
     }
 }

@@ -362,12 +362,10 @@ impl<D: Dialect> Inner<D> {
         } else {
             &reader.first
         };
-        let pool = self.connector.pool()?;
-        let mut tx = D::begin(&pool).await.map_err(|e| self.error(op, e))?;
-        let rows = D::fetch(&mut tx, text, params)
-            .await
-            .map_err(|e| self.error(op, e))?;
-        tx.commit().await.map_err(|e| self.error(op, e))?;
+        let rows = self
+            .connector
+            .fetch_alone(text, params, |e| self.error(op, e))
+            .await?;
         rows.iter()
             .map(|row| {
                 D::json(row, 0)

@@ -20,7 +20,7 @@ use std::marker::PhantomData;
 use async_trait::async_trait;
 use onestep_core::execution::canonical::python_dumps;
 use onestep_core::state::{CursorStore, StateStore};
-use onestep_core::{ConnectorOperation, ConnectorOperationError, Error, Result};
+use onestep_core::{ConnectorOperation, Error, Result};
 use serde_json::Value;
 use time::OffsetDateTime;
 use tokio::sync::OnceCell;
@@ -251,15 +251,8 @@ impl<D: Dialect> SqlStateStore<D> {
     }
 
     fn error(&self, operation: ConnectorOperation, err: sqlx::Error) -> Error {
-        Error::Connector(
-            ConnectorOperationError::new(
-                D::NAME,
-                operation,
-                D::classify(&err),
-                format!("{}.state:{}", D::NAME, self.table.table),
-            )
-            .with_cause(err),
-        )
+        let name = format!("{}.state:{}", D::NAME, self.table.table);
+        crate::user_table::connector_error::<D>(&name, operation, err, None)
     }
 
     fn check_key(key: &str) -> Result<()> {
@@ -280,12 +273,12 @@ impl<D: Dialect> SqlStateStore<D> {
         Self::check_key(key)?;
         self.ensure_ready().await?;
         let op = ConnectorOperation::Fetch;
-        let pool = self.connector.pool()?;
-        let mut tx = D::begin(&pool).await.map_err(|e| self.error(op, e))?;
-        let rows = D::fetch(&mut tx, &self.statements.load, vec![key.into()])
-            .await
-            .map_err(|e| self.error(op, e))?;
-        tx.commit().await.map_err(|e| self.error(op, e))?;
+        let rows = self
+            .connector
+            .fetch_alone(&self.statements.load, vec![key.into()], |e| {
+                self.error(op, e)
+            })
+            .await?;
         let Some(row) = rows.first() else {
             return Ok(None);
         };
@@ -318,24 +311,20 @@ impl<D: Dialect> SqlStateStore<D> {
             OffsetDateTime::now_utc(),
         )
         .map_err(|e| Error::other(e.to_string()))?;
-        let pool = self.connector.pool()?;
-        let mut tx = D::begin(&pool).await.map_err(|e| self.error(op, e))?;
-        D::execute(&mut tx, &built.sql, built.params)
+        self.connector
+            .execute_alone(&built.sql, built.params, |e| self.error(op, e))
             .await
-            .map_err(|e| self.error(op, e))?;
-        tx.commit().await.map_err(|e| self.error(op, e))
     }
 
     async fn delete_value(&self, key: &str) -> Result<()> {
         Self::check_key(key)?;
         self.ensure_ready().await?;
         let op = ConnectorOperation::Send;
-        let pool = self.connector.pool()?;
-        let mut tx = D::begin(&pool).await.map_err(|e| self.error(op, e))?;
-        D::execute(&mut tx, &self.statements.delete, vec![Param::from(key)])
+        self.connector
+            .execute_alone(&self.statements.delete, vec![Param::from(key)], |e| {
+                self.error(op, e)
+            })
             .await
-            .map_err(|e| self.error(op, e))?;
-        tx.commit().await.map_err(|e| self.error(op, e))
     }
 }
 

@@ -356,14 +356,9 @@ impl<D: Dialect> Inner<D> {
         ));
         let mut params: Vec<Param> = values.values().map(sql::bind::<D>).collect();
         params.extend(keys.iter().map(sql::bind::<D>));
-        let pool = self.connector.pool()?;
-        let mut tx = D::begin(&pool)
+        self.connector
+            .execute_alone(&text, params, |e| self.error(operation, e))
             .await
-            .map_err(|e| self.error(operation, e))?;
-        D::execute(&mut tx, &text, params)
-            .await
-            .map_err(|e| self.error(operation, e))?;
-        tx.commit().await.map_err(|e| self.error(operation, e))
     }
 
     /// Writes the `ack` values to `key`'s row, together with the acks that arrive while an

@@ -251,18 +251,16 @@ impl<D: Dialect> Inner<D> {
     /// SQLite refuse such an `ON CONFLICT` themselves.)
     async fn check_upsert_keys(&self) -> Result<()> {
         let o = &self.options;
-        let pool = self.connector.pool()?;
-        let mut tx = D::begin(&pool).await.map_err(|e| self.error(e))?;
-        let rows = D::fetch(
-            &mut tx,
-            "SELECT CAST(index_name AS CHAR), CAST(GROUP_CONCAT(column_name ORDER BY \
+        let rows = self
+            .connector
+            .fetch_alone(
+                "SELECT CAST(index_name AS CHAR), CAST(GROUP_CONCAT(column_name ORDER BY \
              seq_in_index SEPARATOR ',') AS CHAR) FROM information_schema.statistics WHERE \
              table_schema = DATABASE() AND table_name = ? AND non_unique = 0 GROUP BY index_name",
-            vec![Param::Text(o.table.clone())],
-        )
-        .await
-        .map_err(|e| self.error(e))?;
-        tx.commit().await.map_err(|e| self.error(e))?;
+                vec![Param::Text(o.table.clone())],
+                |e| self.error(e),
+            )
+            .await?;
         let mut unique = Vec::new();
         for row in &rows {
             let name = D::text(row, 0)

@@ -127,16 +127,13 @@ pub(crate) async fn read_columns<D: Dialect>(
     error: impl Fn(ConnectorOperation, sqlx::Error) -> Error,
 ) -> Result<Vec<ColumnInfo>> {
     let op = ConnectorOperation::Open;
-    let pool = connector.pool()?;
-    let mut tx = D::begin(&pool).await.map_err(|e| error(op, e))?;
-    let rows = D::fetch(
-        &mut tx,
-        &columns_query::<D>(),
-        vec![columns_param::<D>(table)],
-    )
-    .await
-    .map_err(|e| error(op, e))?;
-    tx.commit().await.map_err(|e| error(op, e))?;
+    let rows = connector
+        .fetch_alone(
+            &columns_query::<D>(),
+            vec![columns_param::<D>(table)],
+            |e| error(op, e),
+        )
+        .await?;
     let mut columns = Vec::with_capacity(rows.len());
     for row in &rows {
         let name = D::text(row, 0)

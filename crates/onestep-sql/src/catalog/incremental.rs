@@ -6,10 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use onestep_core::catalog::{
-    BuildContext, BuildError, Built, FieldDoc, Fields, ResourceType, Role, type_name,
+    BuildContext, BuildError, Built, FieldDoc, Fields, ResourceType, Role,
 };
 use onestep_core::state::{CursorStore, InMemoryCursorStore};
-use serde_json::Value;
 
 use crate::incremental::{IncrementalOptions, IncrementalSource};
 use crate::{Dialect, SqlConnector};
@@ -52,35 +51,6 @@ const FIELDS: &[FieldDoc] = &[
     ),
 ];
 
-/// `cursor`: a column name or a non-empty list of them.
-fn cursor_columns(f: &mut Fields<'_>) -> Option<Vec<String>> {
-    match f.value("cursor") {
-        None | Some(Value::Null) => {
-            f.problem("cursor", "is required (a list of column names)");
-            None
-        }
-        Some(Value::String(s)) => Some(vec![s.trim().to_owned()]),
-        Some(Value::Array(items)) if items.is_empty() => {
-            f.problem("cursor", "must contain at least one column");
-            None
-        }
-        Some(Value::Array(items)) => {
-            let mut names = Vec::with_capacity(items.len());
-            for (i, item) in items.iter().enumerate() {
-                names.push(f.as_string(&format!("cursor[{i}]"), item)?);
-            }
-            Some(names)
-        }
-        Some(other) => {
-            f.problem(
-                "cursor",
-                format!("expected a list of column names, got {}", type_name(other)),
-            );
-            None
-        }
-    }
-}
-
 pub(super) struct IncrementalSpec {
     connector: String,
     state: Option<String>,
@@ -106,7 +76,13 @@ impl<D: Dialect> ResourceType for IncrementalType<D> {
         let connector = f.reference("connector", Role::Connector, Some(D::NAME));
         let table = f.string("table");
         let key = f.string("key");
-        let cursor = cursor_columns(f);
+        // An empty list is the options' own check ("must contain at least one column").
+        let cursor = if f.has("cursor") {
+            super::column_names(f, "cursor")
+        } else {
+            f.problem("cursor", "is required (a list of column names)");
+            None
+        };
         let where_sql = f.opt_string("where");
         let batch_size = f.opt_count("batch_size", 1);
         let poll_interval = f.opt_number("poll_interval_s", false);
@@ -125,11 +101,7 @@ impl<D: Dialect> ResourceType for IncrementalType<D> {
         if let Some(k) = state_key {
             options = options.with_state_key(k);
         }
-        if let Err(onestep_core::Error::InvalidArgument { field, message }) =
-            options.validate(D::SCHEMA)
-        {
-            f.problem(&field, message);
-        }
+        super::report(f, options.validate(D::SCHEMA));
         Some(IncrementalSpec {
             connector: connector?,
             state,

@@ -439,6 +439,36 @@ fn read_task_name(f: &mut Fields<'_>) -> Option<String> {
     }
 }
 
+/// `key`: a column name or a list of them (empty when absent); `None`, with the problem
+/// recorded, when it is neither.
+fn column_names(f: &mut Fields<'_>, key: &str) -> Option<Vec<String>> {
+    match f.value(key) {
+        None => Some(Vec::new()),
+        Some(Value::String(s)) => Some(vec![s.trim().to_owned()]),
+        Some(Value::Array(items)) => {
+            let mut out = Vec::with_capacity(items.len());
+            for (i, item) in items.iter().enumerate() {
+                out.push(f.as_string(&format!("{key}[{i}]"), item)?);
+            }
+            Some(out)
+        }
+        Some(other) => {
+            f.problem(
+                key,
+                format!("expected a list of column names, got {}", type_name(other)),
+            );
+            None
+        }
+    }
+}
+
+/// Records the field error of an options `validate` as a problem of the resource.
+fn report(f: &mut Fields<'_>, validated: onestep_core::Result<()>) {
+    if let Err(onestep_core::Error::InvalidArgument { field, message }) = validated {
+        f.problem(&field, message);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -105,11 +105,7 @@ impl<D: Dialect> ResourceType for StoreType<D> {
         if let Some(auto_create) = f.opt_bool("auto_create") {
             table.auto_create = auto_create;
         }
-        if let Err(onestep_core::Error::InvalidArgument { field, message }) =
-            table.validate(D::SCHEMA)
-        {
-            f.problem(&field, message);
-        }
+        super::report(f, table.validate(D::SCHEMA));
         Some(StoreSpec {
             connector: connector?,
             table,

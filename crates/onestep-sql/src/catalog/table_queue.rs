@@ -110,11 +110,7 @@ impl<D: Dialect> ResourceType for TableQueueType<D> {
         if let Some(s) = poll_interval {
             options = options.with_poll_interval(Duration::from_secs_f64(s));
         }
-        if let Err(onestep_core::Error::InvalidArgument { field, message }) =
-            options.validate(D::SCHEMA)
-        {
-            f.problem(&field, message);
-        }
+        super::report(f, options.validate(D::SCHEMA));
         Some(TableQueueSpec {
             connector: connector?,
             options,

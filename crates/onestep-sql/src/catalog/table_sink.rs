@@ -53,27 +53,6 @@ const FIELDS: &[FieldDoc] = &[
     ),
 ];
 
-fn names(f: &mut Fields<'_>, key: &str) -> Option<Vec<String>> {
-    match f.value(key) {
-        None => Some(Vec::new()),
-        Some(Value::String(s)) => Some(vec![s.trim().to_owned()]),
-        Some(Value::Array(items)) => {
-            let mut out = Vec::with_capacity(items.len());
-            for (i, item) in items.iter().enumerate() {
-                out.push(f.as_string(&format!("{key}[{i}]"), item)?);
-            }
-            Some(out)
-        }
-        Some(other) => {
-            f.problem(
-                key,
-                format!("expected a list of column names, got {}", type_name(other)),
-            );
-            None
-        }
-    }
-}
-
 fn update_columns(f: &mut Fields<'_>) -> Option<Option<Vec<(String, ColumnPolicy)>>> {
     let Some(value) = f.value("update_columns") else {
         return Some(None);
@@ -210,7 +189,7 @@ impl<D: Dialect> ResourceType for TableSinkType<D> {
                 None
             }
         };
-        let keys = names(f, "keys");
+        let keys = super::column_names(f, "keys");
         let columns = update_columns(f);
         let expr = update_expr(f);
         let serialize = match f.opt_string("serialize_json").as_deref() {
@@ -233,11 +212,7 @@ impl<D: Dialect> ResourceType for TableSinkType<D> {
         if let Some(columns) = columns? {
             options = options.with_update_columns(columns);
         }
-        if let Err(onestep_core::Error::InvalidArgument { field, message }) =
-            options.validate(D::SCHEMA)
-        {
-            f.problem(&field, message);
-        }
+        super::report(f, options.validate(D::SCHEMA));
         Some(TableSinkSpec {
             connector: connector?,
             options,

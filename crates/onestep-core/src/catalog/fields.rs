@@ -250,13 +250,7 @@ impl<'a> Fields<'a> {
         type_name: Option<&'static str>,
     ) -> Option<String> {
         let name = self.string(key)?;
-        self.references.push(Reference {
-            path: self.path_of(key),
-            name: name.clone(),
-            role,
-            type_name,
-        });
-        Some(name)
+        Some(self.refer(key, name, role, type_name))
     }
 
     /// An optional reference: `None` when the field is absent or `null`, else as
@@ -268,13 +262,25 @@ impl<'a> Fields<'a> {
         type_name: Option<&'static str>,
     ) -> Option<String> {
         let name = self.opt_string(key)?;
+        Some(self.refer(key, name, role, type_name))
+    }
+
+    /// Records that `key` names the resource `name`, to be checked once every resource has
+    /// been read; returns `name`.
+    fn refer(
+        &mut self,
+        key: &str,
+        name: String,
+        role: Role,
+        type_name: Option<&'static str>,
+    ) -> String {
         self.references.push(Reference {
             path: self.path_of(key),
             name: name.clone(),
             role,
             type_name,
         });
-        Some(name)
+        name
     }
 
     /// The keys the reads asked for, given or not.

@@ -133,12 +133,7 @@ impl IncrementalOptions {
         if self.where_sql.as_ref().is_some_and(|w| w.contains('\0')) {
             return Err(Error::invalid("where", "must not contain NUL characters"));
         }
-        if self.batch_size < 1 {
-            return Err(Error::invalid("batch_size", "must be >= 1, got 0"));
-        }
-        if self.poll_interval.is_zero() {
-            return Err(Error::invalid("poll_interval_s", "must be > 0, got 0"));
-        }
+        sql::check_polling(self.batch_size, self.poll_interval)?;
         if self.state_key.as_ref().is_some_and(String::is_empty) {
             return Err(Error::invalid("state_key", "must not be empty"));
         }
@@ -569,10 +564,7 @@ impl<D: Dialect> Source for IncrementalSource<D> {
             let cursor = inner.cursor_of(reader, &row)?;
             progress.pending.push_back(cursor.clone());
             progress.fetched = Some(cursor.clone());
-            let mut envelope = Envelope::new(row);
-            envelope
-                .meta
-                .insert("table".into(), Value::String(inner.options.table.clone()));
+            let envelope = sql::row_envelope(row, &inner.options.table);
             deliveries.push(Box::new(IncrementalDelivery {
                 source: inner.clone(),
                 envelope,

@@ -121,12 +121,7 @@ impl TableQueueOptions {
         if self.where_sql.contains('\0') {
             return Err(Error::invalid("where", "must not contain NUL characters"));
         }
-        if self.batch_size < 1 {
-            return Err(Error::invalid("batch_size", "must be >= 1, got 0"));
-        }
-        if self.poll_interval.is_zero() {
-            return Err(Error::invalid("poll_interval_s", "must be > 0, got 0"));
-        }
+        sql::check_polling(self.batch_size, self.poll_interval)?;
         Ok(())
     }
 }
@@ -430,11 +425,7 @@ impl<D: Dialect> Source for TableQueueSource<D> {
         Ok(rows
             .into_iter()
             .map(|(key, row)| {
-                let mut envelope = Envelope::new(row);
-                envelope.meta.insert(
-                    "table".into(),
-                    Value::String(self.inner.options.table.clone()),
-                );
+                let envelope = sql::row_envelope(row, &self.inner.options.table);
                 Box::new(TableQueueDelivery {
                     queue: self.inner.clone(),
                     envelope,

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use onestep_core::{ConnectorOperation, ConnectorOperationError, Error, Result};
+use onestep_core::{ConnectorOperation, ConnectorOperationError, Envelope, Error, Result};
 use serde_json::Value;
 
 use crate::SqlConnector;
@@ -204,4 +204,26 @@ pub(crate) fn connector_error<D: Dialect>(
         ConnectorOperationError::new(D::NAME, operation, D::classify(&err), name).with_cause(err);
     error.retry_delay = retry_delay;
     Error::Connector(error)
+}
+
+/// The polling options every source over a user's table has: at least one row per fetch, and
+/// a wait after an empty one.
+pub(crate) fn check_polling(batch_size: usize, poll_interval: Duration) -> Result<()> {
+    if batch_size < 1 {
+        return Err(Error::invalid("batch_size", "must be >= 1, got 0"));
+    }
+    if poll_interval.is_zero() {
+        return Err(Error::invalid("poll_interval_s", "must be > 0, got 0"));
+    }
+    Ok(())
+}
+
+/// The envelope of a row read from `table`: the row as its body, `{"table": <table>}` as its
+/// metadata (the reference's).
+pub(crate) fn row_envelope(row: Value, table: &str) -> Envelope {
+    let mut envelope = Envelope::new(row);
+    envelope
+        .meta
+        .insert("table".into(), Value::String(table.to_owned()));
+    envelope
 }

@@ -328,17 +328,10 @@ impl<D: Dialect> SqlStateStore<D> {
     }
 }
 
-/// The advisory-lock key of a table's creation: the first 8 bytes of `sha256("onestep_state\0"
-/// + table)`, big-endian.
+/// The advisory-lock key of a table's creation: [`schema::advisory_lock_key`] of
+/// `"onestep_state\0" + table`.
 fn lock_key(table: &str) -> i64 {
-    use sha2::{Digest, Sha256};
-    let mut hasher = Sha256::new();
-    hasher.update(b"onestep_state\0");
-    hasher.update(table.as_bytes());
-    let digest = hasher.finalize();
-    let mut first = [0u8; 8];
-    first.copy_from_slice(&digest[..8]);
-    i64::from_be_bytes(first)
+    schema::advisory_lock_key(&[b"onestep_state\0", table.as_bytes()])
 }
 
 #[async_trait]

@@ -565,10 +565,20 @@ pub fn render_ddl(dialect: Dialect, tables: &TableNames) -> Result<Vec<String>, 
 /// The key is the first 8 bytes of `sha256("{executions}\0{attempts}")` (UTF-8),
 /// read as a signed big-endian 64-bit integer.
 pub fn postgres_advisory_lock_key(tables: &TableNames) -> i64 {
+    advisory_lock_key(&[
+        tables.executions.as_bytes(),
+        b"\0",
+        tables.attempts.as_bytes(),
+    ])
+}
+
+/// A PostgreSQL advisory-lock key: the first 8 bytes of the SHA-256 of `parts` (concatenated),
+/// as a signed big-endian 64-bit integer.
+pub(crate) fn advisory_lock_key(parts: &[&[u8]]) -> i64 {
     let mut hasher = Sha256::new();
-    hasher.update(tables.executions.as_bytes());
-    hasher.update([0u8]);
-    hasher.update(tables.attempts.as_bytes());
+    for part in parts {
+        hasher.update(part);
+    }
     let digest = hasher.finalize();
     let mut first = [0u8; 8];
     first.copy_from_slice(&digest[..8]);

@@ -52,11 +52,8 @@ fn sqlalchemy_url(dsn: &str) -> String {
         format!("mysql+asyncmy://{rest}")
     } else if let Some(rest) = dsn.strip_prefix("sqlite://") {
         let path = rest.split('?').next().unwrap_or(rest);
-        format!("sqlite+aiosqlite:///{}", path.trim_start_matches('/')).replacen(
-            ":///",
-            ":////",
-            usize::from(path.starts_with('/')),
-        )
+        // SQLAlchemy puts the path after a third slash (four for an absolute path).
+        format!("sqlite+aiosqlite:///{path}")
     } else {
         dsn.to_owned()
     }

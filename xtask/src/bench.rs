@@ -130,7 +130,7 @@ pub fn run(server_options: Options, options: &BenchOptions) -> Result<()> {
     if options.peers {
         check_peer_tools(&root)?;
     }
-    let servers = Servers::provide(server_options)?;
+    let servers = Servers::provide(server_options, &Kind::DATABASES)?;
     let outcome = run_all(&root, &burndown, &servers, options);
     let cleaned = servers.finish();
     let lines = outcome?;

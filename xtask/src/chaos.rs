@@ -105,7 +105,7 @@ impl ChaosOptions {
 /// Runs every fault with servers from `server_options`, cleaning them up whatever happens.
 pub fn run(server_options: Options, options: &ChaosOptions) -> Result<()> {
     let (chaos, onestep) = build()?;
-    let servers = Servers::provide(server_options)?;
+    let servers = Servers::provide(server_options, &Kind::DATABASES)?;
     let dir = std::env::temp_dir().join(format!("onestep-chaos-{}", sys::random_hex(6)?));
     std::fs::create_dir_all(&dir).with_context(|| format!("could not create {}", dir.display()))?;
     let outcome = run_all((&chaos, &onestep), &servers, &dir, options);
@@ -475,9 +475,9 @@ impl Owned {
             Kind::Postgres => {
                 Self::Postgres(Box::new(crate::throwaway::postgres::Throwaway::start(dir)?))
             }
-            Kind::Mariadb => {
-                Self::Mariadb(Box::new(crate::throwaway::mariadb::Throwaway::start(dir)?))
-            }
+            Kind::Mariadb | Kind::MariadbBinlog => Self::Mariadb(Box::new(
+                crate::throwaway::mariadb::Throwaway::start(dir, kind == Kind::MariadbBinlog)?,
+            )),
         })
     }
 
@@ -514,7 +514,7 @@ fn restart_server(
 ) -> Result<Value> {
     let backend = match kind {
         Kind::Postgres => "postgres",
-        Kind::Mariadb => "mariadb",
+        Kind::Mariadb | Kind::MariadbBinlog => "mariadb",
     };
     let server = Owned::start(kind, &dir.join(format!("restart-{backend}")))?;
     let outcome = (|| {

@@ -14,17 +14,23 @@ pub enum Kind {
     Postgres,
     /// MariaDB (for the MySQL tests).
     Mariadb,
+    /// MariaDB writing a row-format binary log (for the binlog source's tests).
+    MariadbBinlog,
 }
 
 impl Kind {
     /// Every kind, in the order they are set up and reported.
-    pub const ALL: [Kind; 2] = [Kind::Postgres, Kind::Mariadb];
+    pub const ALL: [Kind; 3] = [Kind::Postgres, Kind::Mariadb, Kind::MariadbBinlog];
+
+    /// The plain database servers (benchmarks and the chaos suite need no binary log).
+    pub const DATABASES: [Kind; 2] = [Kind::Postgres, Kind::Mariadb];
 
     /// A short stable name (messages, temp subdirectories, watchdog lines).
     pub fn id(self) -> &'static str {
         match self {
             Kind::Postgres => "postgres",
             Kind::Mariadb => "mysql",
+            Kind::MariadbBinlog => "mysql-binlog",
         }
     }
 
@@ -41,6 +47,7 @@ impl Kind {
         match self {
             Kind::Postgres => "PostgreSQL",
             Kind::Mariadb => "MySQL/MariaDB",
+            Kind::MariadbBinlog => "MariaDB (row-format binary log)",
         }
     }
 
@@ -49,6 +56,7 @@ impl Kind {
         match self {
             Kind::Postgres => "ONESTEP_POSTGRES_URL",
             Kind::Mariadb => "ONESTEP_MYSQL_URL",
+            Kind::MariadbBinlog => "ONESTEP_MYSQL_BINLOG_URL",
         }
     }
 
@@ -56,7 +64,7 @@ impl Kind {
     pub fn schemes(self) -> &'static [&'static str] {
         match self {
             Kind::Postgres => &["postgres", "postgresql"],
-            Kind::Mariadb => &["mysql", "mariadb"],
+            Kind::Mariadb | Kind::MariadbBinlog => &["mysql", "mariadb"],
         }
     }
 
@@ -64,7 +72,7 @@ impl Kind {
     pub fn local_addr(self) -> SocketAddr {
         let port = match self {
             Kind::Postgres => 5432,
-            Kind::Mariadb => 3306,
+            Kind::Mariadb | Kind::MariadbBinlog => 3306,
         };
         SocketAddr::from((Ipv4Addr::LOCALHOST, port))
     }
@@ -73,7 +81,7 @@ impl Kind {
     pub fn local_admin_urls(self) -> Vec<DbUrl> {
         match self {
             Kind::Postgres => postgres::local_admin_urls(),
-            Kind::Mariadb => mariadb::local_admin_urls(),
+            Kind::Mariadb | Kind::MariadbBinlog => mariadb::local_admin_urls(),
         }
     }
 
@@ -81,7 +89,7 @@ impl Kind {
     pub fn client_name(self) -> &'static str {
         match self {
             Kind::Postgres => "psql",
-            Kind::Mariadb => "mariadb",
+            Kind::Mariadb | Kind::MariadbBinlog => "mariadb",
         }
     }
 
@@ -89,7 +97,7 @@ impl Kind {
     pub fn client_installed(self) -> bool {
         match self {
             Kind::Postgres => postgres::client().is_some(),
-            Kind::Mariadb => mariadb::client().is_some(),
+            Kind::Mariadb | Kind::MariadbBinlog => mariadb::client().is_some(),
         }
     }
 
@@ -97,7 +105,7 @@ impl Kind {
     pub fn client_packages(self) -> &'static [&'static str] {
         match self {
             Kind::Postgres => &["postgresql-client"],
-            Kind::Mariadb => &["mariadb-client"],
+            Kind::Mariadb | Kind::MariadbBinlog => &["mariadb-client"],
         }
     }
 
@@ -106,7 +114,7 @@ impl Kind {
         self.client_installed()
             && match self {
                 Kind::Postgres => postgres::server_installed(),
-                Kind::Mariadb => mariadb::server_installed(),
+                Kind::Mariadb | Kind::MariadbBinlog => mariadb::server_installed(),
             }
     }
 
@@ -114,7 +122,7 @@ impl Kind {
     pub fn server_packages(self) -> &'static [&'static str] {
         match self {
             Kind::Postgres => &["postgresql", "postgresql-client"],
-            Kind::Mariadb => &["mariadb-server", "mariadb-client"],
+            Kind::Mariadb | Kind::MariadbBinlog => &["mariadb-server", "mariadb-client"],
         }
     }
 
@@ -122,16 +130,27 @@ impl Kind {
     pub fn system_user(self) -> &'static str {
         match self {
             Kind::Postgres => postgres::SYSTEM_USER,
-            Kind::Mariadb => mariadb::SYSTEM_USER,
+            Kind::Mariadb | Kind::MariadbBinlog => mariadb::SYSTEM_USER,
         }
     }
 
-    /// Checks that `admin` can log in.
+    /// Checks that `admin` can log in (and, for [`Kind::MariadbBinlog`], that the server
+    /// writes a row-format binary log).
     pub fn check(self, admin: &DbUrl) -> Result<()> {
         let probe = "SELECT 1;";
         match self {
             Kind::Postgres => postgres::query(admin, probe).map(drop),
             Kind::Mariadb => mariadb::query(admin, probe).map(drop),
+            Kind::MariadbBinlog => {
+                let found = mariadb::query(admin, "SELECT @@log_bin, @@binlog_format;")?;
+                let found = found.split_whitespace().collect::<Vec<_>>().join(" ");
+                if found != "1 ROW" {
+                    anyhow::bail!(
+                        "its binary log is not on in row format (log_bin, binlog_format: {found})"
+                    );
+                }
+                Ok(())
+            }
         }
     }
 
@@ -139,7 +158,7 @@ impl Kind {
     pub fn create_database(self, admin: &DbUrl, name: &str, owner: Option<&str>) -> Result<()> {
         match self {
             Kind::Postgres => postgres::create_database(admin, name, owner),
-            Kind::Mariadb => mariadb::create_database(admin, name),
+            Kind::Mariadb | Kind::MariadbBinlog => mariadb::create_database(admin, name),
         }
     }
 
@@ -148,7 +167,7 @@ impl Kind {
         let admin = DbUrl::parse(admin)?;
         match self {
             Kind::Postgres => postgres::drop_database(&admin, name),
-            Kind::Mariadb => mariadb::drop_database(&admin, name),
+            Kind::Mariadb | Kind::MariadbBinlog => mariadb::drop_database(&admin, name),
         }
     }
 }

@@ -263,7 +263,7 @@ fn lint() -> Result<()> {
 /// `cargo xtask test`: `cargo test --workspace [extra]` with database servers provided, which
 /// are cleaned up afterwards whatever the outcome.
 fn test(options: Options, extra: &[String]) -> Result<()> {
-    let servers = Servers::provide(options)?;
+    let servers = Servers::provide(options, &kind::Kind::ALL)?;
     let mut args = vec!["test", "--workspace"];
     args.extend(extra.iter().map(String::as_str));
     let scratch = scratch::Scratch::new()?;

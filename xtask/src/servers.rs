@@ -61,14 +61,14 @@ pub struct Servers {
 }
 
 impl Servers {
-    /// Finds or starts a server of every kind and creates a fresh database on each.
-    pub fn provide(options: Options) -> Result<Self> {
+    /// Finds or starts a server of each of `kinds` and creates a fresh database on each.
+    pub fn provide(options: Options, kinds: &[Kind]) -> Result<Self> {
         let cleanup = Cleanup::new()?;
         let root = sys::is_root()?;
 
         let mut servers = Vec::new();
         let mut needed = Vec::new();
-        for kind in Kind::ALL {
+        for &kind in kinds {
             let mut tried = Vec::new();
             match look_up(kind, options, &mut tried)? {
                 Some(server) => servers.push((kind, server, true)),
@@ -191,7 +191,7 @@ fn look_up(kind: Kind, options: Options, tried: &mut Vec<String>) -> Result<Opti
     }
     let refusals = refusals.join("; ");
     eprintln!(
-        "xtask: the local {} server at {addr} answers but refuses xtask: {refusals}",
+        "xtask: the local {} server at {addr} answers but cannot be used: {refusals}",
         kind.label()
     );
     tried.push(format!(
@@ -320,6 +320,7 @@ fn start_throwaways(
 fn start_throwaway(kind: Kind, dir: &Path, root: bool, cleanup: &Cleanup) -> Result<Started> {
     match kind {
         Kind::Postgres => throwaway::postgres::start_throwaway(dir, root, cleanup),
-        Kind::Mariadb => throwaway::mariadb::start_throwaway(dir, root, cleanup),
+        Kind::Mariadb => throwaway::mariadb::start_throwaway(dir, root, cleanup, false),
+        Kind::MariadbBinlog => throwaway::mariadb::start_throwaway(dir, root, cleanup, true),
     }
 }

@@ -27,6 +27,8 @@
 //! # Ok(()) }
 //! ```
 
+#[cfg(feature = "mysql-binlog")]
+pub mod binlog;
 pub mod catalog;
 mod connector;
 mod decode;

@@ -24,6 +24,8 @@ struct Files {
     socket: String,
     /// The error log.
     log: PathBuf,
+    /// Whether the server writes a row-format binary log.
+    binlog: bool,
 }
 
 impl Files {
@@ -43,13 +45,15 @@ impl Files {
             data,
             socket,
             log: dir.join("error.log"),
+            binlog: false,
         })
     }
 }
 
-/// Starts a throwaway server in `dir` (created here) on a free port of 127.0.0.1.
-pub fn start_throwaway(dir: &Path, root: bool, cleanup: &Cleanup) -> Result<Started> {
-    start_throwaway_with_files(dir, root, cleanup).map(|(started, ..)| started)
+/// Starts a throwaway server in `dir` (created here) on a free port of 127.0.0.1; with
+/// `binlog`, writing a row-format binary log.
+pub fn start_throwaway(dir: &Path, root: bool, cleanup: &Cleanup, binlog: bool) -> Result<Started> {
+    start_throwaway_with_files(dir, root, cleanup, binlog).map(|(started, ..)| started)
 }
 
 /// [`start_throwaway`], also returning what a restart needs: the server binary, its files and
@@ -58,11 +62,13 @@ fn start_throwaway_with_files(
     dir: &Path,
     root: bool,
     cleanup: &Cleanup,
+    binlog: bool,
 ) -> Result<(Started, PathBuf, Files, u16)> {
     let mariadbd = sys::find_program("mariadbd").context("mariadbd is not installed")?;
     // Needed to see whether the server is up, so checked before starting it.
     client().context("the mariadb client is not installed")?;
-    let files = Files::create(dir, root)?;
+    let mut files = Files::create(dir, root)?;
+    files.binlog = binlog;
     // The admin account authenticates by the OS user over the socket (root, or whoever runs xtask).
     let admin_user = if root {
         "root".to_string()
@@ -115,11 +121,13 @@ pub struct Throwaway {
 }
 
 impl Throwaway {
-    /// Starts a server with its files in `dir` (which must not exist yet).
-    pub fn start(dir: &Path) -> Result<Self> {
+    /// Starts a server with its files in `dir` (which must not exist yet); with `binlog`,
+    /// writing a row-format binary log.
+    pub fn start(dir: &Path, binlog: bool) -> Result<Self> {
         let cleanup = Cleanup::new()?;
         let root = sys::is_root()?;
-        let (started, mariadbd, files, port) = start_throwaway_with_files(dir, root, &cleanup)?;
+        let (started, mariadbd, files, port) =
+            start_throwaway_with_files(dir, root, &cleanup, binlog)?;
         create_database(&started.admin, "onestep_chaos")?;
         Ok(Self {
             mariadbd,
@@ -278,7 +286,16 @@ fn server_command(mariadbd: &Path, files: &Files, root: bool, port: u16) -> Comm
             "--innodb-doublewrite=0",
             "--innodb-buffer-pool-size=256M",
             "--max-connections=300",
-        ])
+        ]);
+    if files.binlog {
+        server.args([
+            "--log-bin=mysql-bin",
+            "--binlog-format=ROW",
+            "--binlog-row-image=FULL",
+            "--server-id=1",
+        ]);
+    }
+    server
         .current_dir(&files.dir)
         .stdin(Stdio::null())
         .stdout(Stdio::null())

@@ -1,6 +1,7 @@
 //! This crate's resource types for declarative apps: the `postgres`, `mysql` and `sqlite`
 //! connectors, and over each its `*_execution_source`, `*_state_store`, `*_cursor_store`,
-//! `*_table_queue`, `*_incremental` and `*_table_sink` (one set per enabled dialect feature).
+//! `*_table_queue`, `*_incremental` and `*_table_sink` (one set per enabled dialect feature),
+//! and `mysql_binlog` (feature `mysql-binlog`).
 //!
 //! ```
 //! let mut catalog = onestep_core::catalog::Catalog::core();
@@ -26,6 +27,8 @@ use state::{StoreKind, StoreType};
 use table_queue::TableQueueType;
 use table_sink::TableSinkType;
 
+#[cfg(feature = "mysql-binlog")]
+mod binlog;
 mod incremental;
 mod state;
 mod table_queue;
@@ -57,6 +60,8 @@ pub fn register(catalog: &mut Catalog) {
             "mysql_table_sink",
         ],
     );
+    #[cfg(feature = "mysql-binlog")]
+    catalog.add(binlog::BinlogType);
     #[cfg(feature = "sqlite")]
     add::<crate::sqlite::Sqlite>(
         catalog,

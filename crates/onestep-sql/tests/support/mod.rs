@@ -28,6 +28,13 @@ pub fn mysql_url() -> String {
     std::env::var("ONESTEP_MYSQL_URL").unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/test".into())
 }
 
+/// The URL of a MariaDB/MySQL server writing a row-format binary log (the binlog tests'):
+/// `ONESTEP_MYSQL_BINLOG_URL`, which `cargo xtask test` sets (to a throwaway server started
+/// with `--log-bin --binlog-format=ROW` when the local one logs no rows), else the MySQL URL.
+pub fn mysql_binlog_url() -> String {
+    std::env::var("ONESTEP_MYSQL_BINLOG_URL").unwrap_or_else(|_| mysql_url())
+}
+
 /// A directory for one test's SQLite databases, removed (with them) when the guard is dropped,
 /// whether the test passed or panicked.
 pub fn sqlite_dir() -> tempfile::TempDir {

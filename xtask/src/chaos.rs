@@ -17,6 +17,9 @@
 //! 5. `cancel-storm`: cancel a random half at random moments during the drain.
 //! 6. `skew`: two workers whose clocks differ by half the safe bound (no lease may be taken
 //!    from a live holder), then by more than the lease (leases are stolen, fencing must hold).
+//! 7. `binlog-restart` (MariaDB writing a row-format log, a throwaway server): restart the
+//!    server under the `mysql_binlog` source mid-read; every row handled, none lost
+//!    ([`binlog`]).
 //!
 //! `--short` (what `cargo xtask ci` runs) uses smaller counts; the results are printed as one
 //! table and written to `target/chaos/<unix-seconds>.jsonl`.
@@ -32,10 +35,13 @@ use crate::kind::Kind;
 use crate::servers::{Options, Servers};
 use crate::sys;
 
+mod binlog;
+
 /// The faults, by the names `--only` takes.
-const FAULTS: [&str; 6] = [
+const FAULTS: [&str; 7] = [
     "kill",
     "restart",
+    "binlog-restart",
     "contention",
     "kill-storm",
     "cancel-storm",
@@ -45,7 +51,7 @@ const FAULTS: [&str; 6] = [
 /// Sizes of one chaos run.
 #[derive(Debug, Clone)]
 pub struct ChaosOptions {
-    /// Run only this fault (`kill`, `restart`, `contention`, `kill-storm`, `cancel-storm`,
+    /// Run only this fault (`kill`, `restart`, `binlog-restart`, `contention`, `kill-storm`, `cancel-storm`,
     /// `skew`).
     pub only: Option<String>,
     /// Executions of the kill, kill-storm and cancel-storm faults.
@@ -183,6 +189,10 @@ fn run_all(
         for kind in [Kind::Postgres, Kind::Mariadb] {
             reports.push(restart_server((bin, onestep), kind, dir, o.n)?);
         }
+    }
+    if wanted("binlog-restart") {
+        let worker = binlog::build()?;
+        reports.push(binlog::restart(&worker, dir, o.n)?);
     }
     Ok(reports)
 }

@@ -536,6 +536,7 @@ fn the_stock_catalog_has_every_crate_s_types_documented_as_read() {
             "interval",
             "memory",
             "mysql",
+            "mysql_binlog",
             "mysql_cursor_store",
             "mysql_execution_source",
             "mysql_incremental",
@@ -560,6 +561,62 @@ fn the_stock_catalog_has_every_crate_s_types_documented_as_read() {
         ]
     );
     assert_eq!(registry.catalog().audit(), Vec::<String>::new());
+}
+
+/// The binlog source's fields are checked with the field at fault, its defaults accepted.
+#[test]
+fn binlog_fields_name_the_field_at_fault() {
+    let with = |fields: &str| {
+        format!(
+            "apiVersion: onestep/v1alpha1\nkind: App\napp:\n  name: cdc\nresources:\n  \
+             db: {{type: mysql, dsn: \"mysql://u@127.0.0.1/db\"}}\n  marks: {{type: \
+             mysql_cursor_store, connector: db}}\n  changes:\n    type: mysql_binlog\n    \
+             connector: db\n{fields}tasks:\n  - {{name: sync, source: changes, handler: \
+             onestep:echo}}\n"
+        )
+    };
+    assert_eq!(
+        problems(&with(
+            "    server_id: 4101\n    tables: [orders]\n    events: [write, update]\n    state: marks\n    blocking: true\n"
+        )),
+        Vec::new()
+    );
+    expect(&with(""), "resources.changes.server_id", "is required");
+    expect(
+        &with("    server_id: 0\n"),
+        "resources.changes.server_id",
+        "",
+    );
+    expect(
+        &with("    server_id: 4294967296\n"),
+        "resources.changes.server_id",
+        "at most 4294967295",
+    );
+    expect(
+        &with("    server_id: 7\n    events: [insert, truncate]\n"),
+        "resources.changes.events[1]",
+        "must be insert, update or delete",
+    );
+    expect(
+        &with("    server_id: 7\n    events: []\n"),
+        "resources.changes.events",
+        "at least one",
+    );
+    expect(
+        &with("    server_id: 7\n    tables: 5\n"),
+        "resources.changes.tables",
+        "expected a list of names",
+    );
+    expect(
+        &with("    server_id: 7\n    state: db\n"),
+        "resources.changes.state",
+        "",
+    );
+    expect(
+        &with("    server_id: 7\n    slot: x\n"),
+        "resources.changes.slot",
+        "unsupported field",
+    );
 }
 
 /// References between resources are checked after every resource is read, with the messages

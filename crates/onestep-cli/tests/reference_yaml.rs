@@ -1,7 +1,7 @@
-//! A YAML file of the reference's SQL resource types passes both `check --strict`s: this
-//! port's (`examples/sqlite-sources.yaml` as shipped) and the Python reference's (the same file
-//! with its `onestep:echo` handlers swapped for Python refs), so a file moves between them
-//! unchanged apart from handler refs.
+//! YAML files of the reference's SQL resource types pass both `check --strict`s: this port's
+//! (`examples/sqlite-sources.yaml` and `examples/mysql-binlog.yaml` as shipped) and the Python
+//! reference's (the same file with its `onestep:echo` handlers swapped for Python refs), so a
+//! file moves between them unchanged apart from handler refs.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::process::Command;
@@ -12,7 +12,17 @@ fn workspace() -> std::path::PathBuf {
 
 #[test]
 fn the_sql_sources_example_passes_both_strict_checks() {
-    let example = workspace().join("examples/sqlite-sources.yaml");
+    both_accept("examples/sqlite-sources.yaml", 2);
+}
+
+#[test]
+fn the_binlog_example_passes_both_strict_checks() {
+    both_accept("examples/mysql-binlog.yaml", 1);
+}
+
+/// Both checks accept `file`, whose `min_handlers` or more handlers are `onestep:echo` lines.
+fn both_accept(file: &str, min_handlers: usize) {
+    let example = workspace().join(file);
     let ours = Command::new(env!("CARGO_BIN_EXE_onestep"))
         .args(["check", "--strict", example.to_str().unwrap()])
         .output()
@@ -44,7 +54,7 @@ fn the_sql_sources_example_passes_both_strict_checks() {
         .collect::<Vec<_>>()
         .join("\n");
     assert!(
-        handlers >= 2,
+        handlers >= min_handlers,
         "the example's handlers are onestep:echo lines"
     );
     let file = dir.path().join("sources.yaml");

@@ -4,16 +4,19 @@
 //! rows.
 //!
 //! ```text
-//! source_crash --dsn URL --table T --source table_queue|incremental [--work-ms MS]
+//! source_crash --dsn URL --table T --source table_queue|incremental|binlog [--work-ms MS]
 //! ```
 //!
 //! The table is `T (id BIGINT PRIMARY KEY, status VARCHAR(20))`; the table queue claims
 //! `status = 'new'` rows as `working` and acks them `done`; the incremental source reads in `id`
-//! order with its cursor in `T_cursor`. Prints `ready` once the worker runs.
+//! order with its cursor in `T_cursor`; the binlog source (MySQL only) reads the inserts into
+//! `T` from the position saved in `T_cursor`, recording each row's event position with it.
+//! Prints `ready` once the worker runs.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use onestep_core::retry::MaxAttempts;
 use onestep_core::state::CursorStore;
 use onestep_core::{OneStepApp, Source, Task, TaskContext, TaskError};
 use onestep_sql::incremental::{IncrementalOptions, IncrementalSource};
@@ -85,21 +88,29 @@ async fn run<D: Dialect>(a: Args) -> Result<(), BoxError> {
                 store,
             )?)
         }
+        "binlog" => binlog_source(&a)?,
         other => {
-            return Err(
-                format!("--source must be table_queue or incremental, got {other:?}").into(),
-            );
+            return Err(format!(
+                "--source must be table_queue, incremental or binlog, got {other:?}"
+            )
+            .into());
         }
     };
-    let effects = D::render(&format!("INSERT INTO {}_effects (id) VALUES (?)", a.table));
+    let effects = D::render(&format!(
+        "INSERT INTO {}_effects (id, pos) VALUES (?, ?)",
+        a.table
+    ));
     let work = Duration::from_millis(a.work_ms);
     let handler = move |_ctx: TaskContext, row: Value| {
         let connector = connector.clone();
         let effects = effects.clone();
         async move {
+            // A table row, or a binlog change with the row under `values`.
             let id = row["id"]
                 .as_i64()
+                .or_else(|| row["values"]["id"].as_i64())
                 .ok_or_else(|| TaskError::new("NoId", "a row without id"))?;
+            let pos = row["binlog"]["pos"].as_i64().unwrap_or(0);
             tokio::time::sleep(work).await;
             let pool = connector
                 .pool()
@@ -107,9 +118,13 @@ async fn run<D: Dialect>(a: Args) -> Result<(), BoxError> {
             let mut tx = D::begin(&pool)
                 .await
                 .map_err(|e| TaskError::new("Begin", e.to_string()))?;
-            D::execute(&mut tx, &effects, vec![Param::BigInt(id)])
-                .await
-                .map_err(|e| TaskError::new("Effect", e.to_string()))?;
+            D::execute(
+                &mut tx,
+                &effects,
+                vec![Param::BigInt(id), Param::BigInt(pos)],
+            )
+            .await
+            .map_err(|e| TaskError::new("Effect", e.to_string()))?;
             tx.commit()
                 .await
                 .map_err(|e| TaskError::new("Commit", e.to_string()))?;
@@ -121,12 +136,41 @@ async fn run<D: Dialect>(a: Args) -> Result<(), BoxError> {
             Task::new("rows")
                 .source(source)
                 .concurrency(8)
+                // A server outage (the chaos suite's restart) fails handlers for a while; they
+                // are retried rather than given up (a failed row would block an ordered source).
+                .retry(MaxAttempts::new(1000)?.with_delay(Duration::from_millis(200)))
                 .handler(handler),
         )
         .build()?;
     println!("ready");
     app.run().await?;
     Ok(())
+}
+
+/// The binlog source of the crash tests: inserts into the table, position in `<table>_cursor`.
+fn binlog_source(a: &Args) -> Result<Arc<dyn Source>, BoxError> {
+    use onestep_sql::binlog::BinlogSource;
+    let connector = SqlConnector::<onestep_sql::mysql::MySql>::new(&a.dsn)?;
+    let store: Arc<dyn CursorStore> = Arc::new(SqlCursorStore::new(
+        connector.clone(),
+        StateTable::cursor().with_table(format!("{}_cursor", a.table)),
+    )?);
+    Ok(Arc::new(BinlogSource::new(
+        connector,
+        crash_binlog_options(&a.table),
+        store,
+    )?))
+}
+
+/// The options the crash test and this worker share (one position key).
+fn crash_binlog_options(table: &str) -> onestep_sql::binlog::BinlogOptions {
+    use onestep_sql::binlog::{BinlogOptions, EventKind};
+    BinlogOptions::new(7400)
+        .with_tables([table])
+        .with_events([EventKind::Insert])
+        .with_batch_size(20)
+        .with_poll_interval(Duration::from_millis(20))
+        .with_blocking(true)
 }
 
 #[tokio::main]

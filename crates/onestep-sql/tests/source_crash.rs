@@ -10,6 +10,8 @@
 //! - Incremental: nothing to reset; the restart reads on from the committed cursor, so only rows
 //!   after the cursor committed at the kill may be handled twice (those acked while an older row
 //!   was still running, and those in flight).
+//! - Binlog (MariaDB writing a row-format log): the restart reads on from the saved log
+//!   position, so only rows of events after it may be handled twice.
 
 mod support;
 
@@ -81,18 +83,28 @@ async fn crash_and_restart<D: Raw>(connector: SqlConnector<D>, dsn: &str, source
     .await;
     D::exec(
         &connector,
-        &format!("CREATE TABLE {table}_effects (id BIGINT NOT NULL)"),
-    )
-    .await;
-    let values: Vec<String> = (1..=ROWS).map(|i| format!("({i}, 'new')")).collect();
-    D::exec(
-        &connector,
         &format!(
-            "INSERT INTO {table} (id, status) VALUES {}",
-            values.join(", ")
+            "CREATE TABLE {table}_effects (id BIGINT NOT NULL, pos BIGINT NOT NULL DEFAULT 0)"
         ),
     )
     .await;
+    if source == "binlog" {
+        save_binlog_start(dsn, &table).await;
+    }
+    let values: Vec<String> = (1..=ROWS).map(|i| format!("({i}, 'new')")).collect();
+    // One statement for the table sources; for the binlog, statements of ten rows, so that
+    // the log position moves on as they are handled.
+    let per_statement = if source == "binlog" { 10 } else { values.len() };
+    for chunk in values.chunks(per_statement) {
+        D::exec(
+            &connector,
+            &format!(
+                "INSERT INTO {table} (id, status) VALUES {}",
+                chunk.join(", ")
+            ),
+        )
+        .await;
+    }
     let effects = format!("SELECT COUNT(*) FROM {table}_effects");
     let distinct = format!("SELECT COUNT(DISTINCT id) FROM {table}_effects");
 
@@ -110,6 +122,14 @@ async fn crash_and_restart<D: Raw>(connector: SqlConnector<D>, dsn: &str, source
         .await;
         let cursor: serde_json::Value = serde_json::from_str(&saved[0].1).unwrap();
         cursor[0].as_i64().unwrap()
+    } else if source == "binlog" {
+        let saved = D::pairs(
+            &connector,
+            &format!("SELECT COUNT(*), MAX(cursor_value) FROM {table}_cursor"),
+        )
+        .await;
+        let position: serde_json::Value = serde_json::from_str(&saved[0].1).unwrap();
+        position["pos"].as_i64().unwrap()
     } else {
         0
     };
@@ -151,6 +171,20 @@ async fn crash_and_restart<D: Raw>(connector: SqlConnector<D>, dsn: &str, source
             duplicated <= reset,
             "only rows the killed worker held may run twice: {duplicated} > {reset}"
         ),
+        "binlog" => {
+            let before_position = D::count(
+                &connector,
+                &format!(
+                    "SELECT COUNT(*) FROM (SELECT id FROM {table}_effects GROUP BY id \
+                     HAVING COUNT(*) > 1 AND MAX(pos) <= {committed}) twice"
+                ),
+            )
+            .await;
+            assert_eq!(
+                before_position, 0,
+                "rows of events up to the saved position ({committed}) ran twice"
+            );
+        }
         _ => {
             let before_cursor = D::count(
                 &connector,
@@ -166,6 +200,38 @@ async fn crash_and_restart<D: Raw>(connector: SqlConnector<D>, dsn: &str, source
             );
         }
     }
+}
+
+/// Saves where the log ends as the worker's position (as its first open would), before the
+/// rows are written.
+async fn save_binlog_start(dsn: &str, table: &str) {
+    use onestep_core::Resource;
+    use onestep_sql::binlog::{BinlogOptions, BinlogSource, EventKind};
+    use onestep_sql::state::{SqlCursorStore, StateTable};
+    let connector = SqlConnector::<onestep_sql::mysql::MySql>::new(dsn).unwrap();
+    let store = SqlCursorStore::new(
+        connector.clone(),
+        StateTable::cursor().with_table(format!("{table}_cursor")),
+    )
+    .unwrap();
+    // The worker's options (examples/source_crash.rs): one position key.
+    let options = BinlogOptions::new(7401)
+        .with_tables([table])
+        .with_events([EventKind::Insert]);
+    let source = BinlogSource::new(connector, options, std::sync::Arc::new(store)).unwrap();
+    source.open().await.unwrap();
+    source.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn mysql_binlog_survives_a_sigkill() {
+    let url = support::mysql_binlog_url();
+    crash_and_restart(
+        SqlConnector::<onestep_sql::mysql::MySql>::new(&url).unwrap(),
+        &url,
+        "binlog",
+    )
+    .await;
 }
 
 #[tokio::test]

@@ -42,6 +42,9 @@ Commands:
   incremental-read  backend, dsn, table, key, cursor, [where], cursor_table -> opens the
                  reference's incremental source with a cursor store on cursor_table, fetches and
                  acks until nothing is left -> {"read": [keys], "state_key": str}
+  binlog-read    dsn, server_id, tables, cursor_table -> opens the reference's binlog source
+                 with a cursor store on cursor_table, fetches and acks until a fetch finds
+                 nothing -> {"read": [values.id], "positions": [binlog], "state_key": str}
 """
 
 from __future__ import annotations
@@ -367,6 +370,32 @@ async def cmd_incremental_read(args: dict[str, Any]) -> dict[str, Any]:
     return {"read": read, "state_key": source.state_key}
 
 
+async def cmd_binlog_read(args: dict[str, Any]) -> dict[str, Any]:
+    connector = make_connector({"backend": "mysql", "dsn": args["dsn"]})
+    store = connector.cursor_store(table=args["cursor_table"])
+    source = connector.binlog(
+        server_id=args["server_id"],
+        tables=args["tables"],
+        batch_size=args.get("batch_size", 4),
+        state=store,
+    )
+    await source.open()
+    read: list[Any] = []
+    positions: list[Any] = []
+    while True:
+        batch = await source.fetch(10)
+        if not batch:
+            break
+        for delivery in batch:
+            body = delivery.envelope.body
+            read.append(body["values"]["id"])
+            positions.append(body["binlog"])
+            await delivery.ack()
+    await source.close()
+    await connector.close()
+    return {"read": read, "positions": positions, "state_key": source.state_key}
+
+
 COMMANDS = {
     "versions": cmd_versions,
     "create-tables": cmd_create_tables,
@@ -381,6 +410,7 @@ COMMANDS = {
     "state-load": cmd_state_load,
     "table-queue-work": cmd_table_queue_work,
     "incremental-read": cmd_incremental_read,
+    "binlog-read": cmd_binlog_read,
 }
 
 

@@ -76,6 +76,9 @@ pub struct TableSinkOptions {
     pub update_expr: Vec<(String, String)>,
     /// Whether lists and objects are written as JSON text.
     pub serialize_json: SerializeJson,
+    /// Most rows of a list body one `INSERT` statement holds (default 1,000); rows of one body
+    /// share one transaction whatever the statement count.
+    pub batch_size: usize,
 }
 
 impl TableSinkOptions {
@@ -89,7 +92,14 @@ impl TableSinkOptions {
             update_columns: None,
             update_expr: Vec::new(),
             serialize_json: SerializeJson::Auto,
+            batch_size: 1000,
         }
+    }
+
+    /// Sets the most rows one statement holds.
+    pub fn with_batch_size(mut self, batch_size: usize) -> Self {
+        self.batch_size = batch_size;
+        self
     }
 
     /// Sets the key columns.
@@ -119,6 +129,9 @@ impl TableSinkOptions {
     /// Checks every field that needs no database, naming the field at fault, with the
     /// reference's rules.
     pub fn validate(&self, dialect: schema::Dialect) -> Result<()> {
+        if self.batch_size < 1 {
+            return Err(Error::invalid("batch_size", "must be >= 1, got 0"));
+        }
         let identifier = |field: &str, name: &str| sql::identifier(field, name, dialect);
         identifier("table", &self.table)?;
         for (i, key) in self.keys.iter().enumerate() {
@@ -212,9 +225,93 @@ impl<D: Dialect> TableSink<D> {
     }
 }
 
-/// One row's statement and its parameters; `None` when a `skip_null` policy left nothing to
-/// write.
-type Write = Option<(String, Vec<Param>)>;
+/// One row's write; `None` when a `skip_null` policy left nothing to write.
+type Write = Option<RowWrite>;
+
+/// Most bound values one statement carries: under every dialect's limit (SQLite's 32,766).
+const MAX_PARAMS: usize = 30_000;
+
+/// How one row is written.
+enum RowWrite {
+    /// One row of an `INSERT` (plain or upsert): rows with the same `head` and `tail` (the same
+    /// columns) go into one multi-row statement.
+    Values {
+        /// `INSERT INTO t (c1, c2) VALUES `.
+        head: String,
+        /// `(?, ?)`.
+        marks: String,
+        /// The conflict clause of an upsert, or empty.
+        tail: String,
+        params: Vec<Param>,
+        /// An upsert's key values: two rows with one key never share a statement (PostgreSQL
+        /// refuses to update one row twice in one statement).
+        key: Option<String>,
+    },
+    /// An `UPDATE` of one row.
+    Statement(String, Vec<Param>),
+}
+
+/// Merges consecutive rows of one shape into multi-row statements of at most `batch_size`
+/// rows; the statements, rendered, in order.
+fn statements<D: Dialect>(writes: Vec<RowWrite>, batch_size: usize) -> Vec<(String, Vec<Param>)> {
+    struct Open {
+        head: String,
+        tail: String,
+        rows: Vec<String>,
+        params: Vec<Param>,
+        keys: std::collections::HashSet<String>,
+    }
+    fn close<D: Dialect>(open: Open, out: &mut Vec<(String, Vec<Param>)>) {
+        let text = format!("{}{}{}", open.head, open.rows.join(", "), open.tail);
+        out.push((D::render(&text), open.params));
+    }
+    let mut out = Vec::new();
+    let mut current: Option<Open> = None;
+    for write in writes {
+        match write {
+            RowWrite::Statement(text, params) => {
+                if let Some(open) = current.take() {
+                    close::<D>(open, &mut out);
+                }
+                out.push((D::render(&text), params));
+            }
+            RowWrite::Values {
+                head,
+                marks,
+                tail,
+                params,
+                key,
+            } => {
+                let fits = current.as_ref().is_some_and(|open| {
+                    open.head == head
+                        && open.tail == tail
+                        && open.rows.len() < batch_size.max(1)
+                        && open.params.len() + params.len() <= MAX_PARAMS
+                        && key.as_ref().is_none_or(|k| !open.keys.contains(k))
+                });
+                if !fits && let Some(open) = current.take() {
+                    close::<D>(open, &mut out);
+                }
+                let open = current.get_or_insert_with(|| Open {
+                    head,
+                    tail,
+                    rows: Vec::new(),
+                    params: Vec::new(),
+                    keys: std::collections::HashSet::new(),
+                });
+                open.rows.push(marks);
+                open.params.extend(params);
+                if let Some(key) = key {
+                    open.keys.insert(key);
+                }
+            }
+        }
+    }
+    if let Some(open) = current {
+        close::<D>(open, &mut out);
+    }
+    out
+}
 
 impl<D: Dialect> Inner<D> {
     fn error(&self, err: sqlx::Error) -> Error {
@@ -371,7 +468,7 @@ impl<D: Dialect> Inner<D> {
             ));
         }
         let mut params = Vec::new();
-        let text = match o.mode {
+        match o.mode {
             SinkMode::Insert | SinkMode::Upsert => {
                 let names: Vec<String> = cells.iter().map(|(c, _)| quote(&c.name)).collect();
                 let marks: Vec<String> = cells
@@ -379,11 +476,9 @@ impl<D: Dialect> Inner<D> {
                     .map(|(c, _)| sql::placeholder::<D>(c))
                     .collect();
                 params.extend(cells.iter().map(|(_, v)| sql::bind::<D>(v)));
-                let mut text = format!(
-                    "INSERT INTO {t} ({}) VALUES ({})",
-                    names.join(", "),
-                    marks.join(", ")
-                );
+                let head = format!("INSERT INTO {t} ({}) VALUES ", names.join(", "));
+                let mut tail = String::new();
+                let mut key = None;
                 if o.mode == SinkMode::Upsert {
                     let mysql = D::SCHEMA.is_mysql_family();
                     let new = |c: &str| {
@@ -407,17 +502,29 @@ impl<D: Dialect> Inner<D> {
                         .collect();
                     sets.extend(exprs.iter().map(|(c, e)| format!("{c} = {e}")));
                     if mysql {
-                        text.push_str(&format!(" ON DUPLICATE KEY UPDATE {}", sets.join(", ")));
+                        tail = format!(" ON DUPLICATE KEY UPDATE {}", sets.join(", "));
                     } else {
                         let keys: Vec<String> = o.keys.iter().map(|k| quote(k)).collect();
-                        text.push_str(&format!(
+                        tail = format!(
                             " ON CONFLICT ({}) DO UPDATE SET {}",
                             keys.join(", "),
                             sets.join(", ")
-                        ));
+                        );
                     }
+                    let values: Vec<&Value> = cells
+                        .iter()
+                        .filter(|(c, _)| is_key(c))
+                        .map(|(_, v)| v)
+                        .collect();
+                    key = Some(serde_json::to_string(&values).unwrap_or_default());
                 }
-                text
+                Ok(Some(RowWrite::Values {
+                    head,
+                    marks: format!("({})", marks.join(", ")),
+                    tail,
+                    params,
+                    key,
+                }))
             }
             SinkMode::Update => {
                 let mut sets = Vec::new();
@@ -440,14 +547,14 @@ impl<D: Dialect> Inner<D> {
                     ));
                     params.push(sql::bind::<D>(value));
                 }
-                format!(
+                let text = format!(
                     "UPDATE {t} SET {} WHERE {}",
                     sets.join(", "),
                     conditions.join(" AND ")
-                )
+                );
+                Ok(Some(RowWrite::Statement(text, params)))
             }
-        };
-        Ok(Some((D::render(&text), params)))
+        }
     }
 
     async fn send(&self, body: &Value) -> Result<()> {
@@ -483,9 +590,13 @@ impl<D: Dialect> Inner<D> {
             .iter()
             .map(|(row, at)| self.write(columns, row, at))
             .collect::<Result<_>>()?;
+        let writes = statements::<D>(
+            writes.into_iter().flatten().collect(),
+            self.options.batch_size,
+        );
         let pool = self.connector.pool()?;
         let mut tx = D::begin(&pool).await.map_err(|e| self.error(e))?;
-        for (text, params) in writes.into_iter().flatten() {
+        for (text, params) in writes {
             D::execute(&mut tx, &text, params)
                 .await
                 .map_err(|e| self.error(e))?;
@@ -514,5 +625,47 @@ impl<D: Dialect> Resource for TableSink<D> {
 impl<D: Dialect> Sink for TableSink<D> {
     async fn send(&self, envelope: Envelope) -> Result<()> {
         self.inner.send(&envelope.body).await
+    }
+}
+
+#[cfg(all(test, feature = "sqlite"))]
+mod tests {
+    use super::*;
+
+    fn row(head: &str, key: Option<&str>) -> RowWrite {
+        RowWrite::Values {
+            head: head.to_owned(),
+            marks: "(?)".to_owned(),
+            tail: String::new(),
+            params: vec![Param::BigInt(1)],
+            key: key.map(str::to_owned),
+        }
+    }
+
+    #[test]
+    fn rows_of_one_shape_share_statements_up_to_the_batch_size() {
+        let head = "INSERT INTO t (a) VALUES ";
+        let writes = (0..7).map(|_| row(head, None)).collect();
+        let out = statements::<crate::sqlite::Sqlite>(writes, 3);
+        let sizes: Vec<usize> = out.iter().map(|(_, p)| p.len()).collect();
+        assert_eq!(sizes, [3, 3, 1]);
+        assert_eq!(out[0].0, "INSERT INTO t (a) VALUES (?), (?), (?)");
+    }
+
+    #[test]
+    fn another_shape_an_update_or_a_repeated_key_starts_a_new_statement() {
+        let a = "INSERT INTO t (a) VALUES ";
+        let b = "INSERT INTO t (a, b) VALUES ";
+        let writes = vec![
+            row(a, Some("[1]")),
+            row(a, Some("[2]")),
+            row(a, Some("[1]")),
+            row(b, None),
+            RowWrite::Statement("UPDATE t SET a = ?".into(), vec![Param::BigInt(2)]),
+            row(b, None),
+        ];
+        let out = statements::<crate::sqlite::Sqlite>(writes, 100);
+        let sizes: Vec<usize> = out.iter().map(|(_, p)| p.len()).collect();
+        assert_eq!(sizes, [2, 1, 1, 1, 1]);
     }
 }

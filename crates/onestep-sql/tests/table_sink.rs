@@ -223,6 +223,57 @@ async fn bad_rows_write_nothing<D: Raw>(connector: SqlConnector<D>) {
     );
 }
 
+/// A list body larger than `batch_size`, in several multi-row statements of one transaction;
+/// an upsert body repeating a key (the later row wins, as row by row); rows of two shapes.
+async fn list_bodies_in_multi_row_statements<D: Raw>(connector: SqlConnector<D>) {
+    let table = create(&connector).await;
+    let insert = TableSink::new(
+        connector.clone(),
+        TableSinkOptions::new(&table, SinkMode::Insert).with_batch_size(300),
+    )
+    .unwrap();
+    let body: Vec<Value> = (1..=1000)
+        .map(|i| {
+            if i % 250 == 0 {
+                json!({"id": i, "name": format!("n{i}")})
+            } else {
+                json!({"id": i, "name": format!("n{i}"), "score": i})
+            }
+        })
+        .collect();
+    send(&insert, Value::Array(body)).await.unwrap();
+    let written = rows(&connector, &table).await;
+    assert_eq!(written.len(), 1000);
+    assert_eq!(written[0], "1|n1|1||");
+    assert_eq!(written[249], "250|n250|||");
+    // A failing row anywhere rolls the whole body back, across statements.
+    let mut clash: Vec<Value> = (1001..=1700)
+        .map(|i| json!({"id": i, "name": "x"}))
+        .collect();
+    clash.push(json!({"id": 5, "name": "duplicate"}));
+    assert!(send(&insert, Value::Array(clash)).await.is_err());
+    assert_eq!(rows(&connector, &table).await.len(), 1000);
+
+    let upsert = TableSink::new(
+        connector.clone(),
+        TableSinkOptions::new(&table, SinkMode::Upsert)
+            .with_keys(["id"])
+            .with_batch_size(50),
+    )
+    .unwrap();
+    let repeated = json!([
+        {"id": 1, "name": "first", "score": 10},
+        {"id": 2, "name": "two", "score": 20},
+        {"id": 1, "name": "second", "score": 11},
+        {"id": 2000, "name": "new", "score": 1},
+    ]);
+    send(&upsert, repeated).await.unwrap();
+    let written = rows(&connector, &table).await;
+    assert_eq!(written[0], "1|second|11||");
+    assert_eq!(written[1], "2|two|20||");
+    assert_eq!(written.last().unwrap(), "2000|new|1||");
+}
+
 macro_rules! suite {
     ($module:ident, $dialect:ty, $connector:expr) => {
         mod $module {
@@ -236,6 +287,12 @@ macro_rules! suite {
             async fn modes_and_policies() {
                 let (connector, _dir) = connected();
                 insert_upsert_and_update(connector).await;
+            }
+
+            #[tokio::test]
+            async fn multi_row_statements() {
+                let (connector, _dir) = connected();
+                list_bodies_in_multi_row_statements(connector).await;
             }
 
             #[tokio::test]

@@ -49,7 +49,7 @@ const FIELDS: &[FieldDoc] = &[
         "batch_size",
         "integer",
         Some("1000"),
-        "accepted for the reference's files; a list body is one transaction",
+        "most rows of a list body per INSERT statement (one transaction per body)",
     ),
 ];
 
@@ -204,13 +204,16 @@ impl<D: Dialect> ResourceType for TableSinkType<D> {
                 None
             }
         };
-        let _ = f.opt_count("batch_size", 1);
+        let batch_size = f.opt_count("batch_size", 1);
         let mut options = TableSinkOptions::new(table?, mode?)
             .with_keys(keys?)
             .with_update_expr(expr?)
             .with_serialize_json(serialize?);
         if let Some(columns) = columns? {
             options = options.with_update_columns(columns);
+        }
+        if let Some(n) = batch_size {
+            options = options.with_batch_size(n);
         }
         super::report(f, options.validate(D::SCHEMA));
         Some(TableSinkSpec {

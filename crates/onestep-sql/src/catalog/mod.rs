@@ -487,6 +487,7 @@ mod tests {
             catalog.names(),
             [
                 "mysql",
+                "mysql_binlog",
                 "mysql_cursor_store",
                 "mysql_execution_source",
                 "mysql_incremental",

@@ -1,11 +1,13 @@
 """The reference's SQL sources drained, for `cargo xtask bench --peers` beside
 `crates/onestep-sql/examples/source_drain.rs` (the same table, rows and settings).
 
-Usage: py_source_bench.py <table_queue|incremental> <SQLAlchemy URL> [n=5000] [concurrency=32]
+Usage: py_source_bench.py <table_queue|incremental|binlog> <SQLAlchemy URL> [n=5000]
+       [concurrency=32]
 
 Creates a table of n rows (id, status, payload), drains it with one OneStepApp whose handler does
 nothing, prints one JSON line {"source", "backend", "n", "drain_per_s", "seconds"} and drops the
-table.
+table. `binlog` opens the reference's binlog source before writing the rows and drains their
+insert events.
 """
 
 from __future__ import annotations
@@ -44,13 +46,27 @@ async def main(source_kind: str, url: str, n: int, concurrency: int) -> dict:
                 "status VARCHAR(20) NOT NULL, payload VARCHAR(200))"
             )
         )
+    source = None
+    if source_kind == "binlog":
+        # Its position is where the log ends when it opens: before the rows.
+        source = connector.binlog(
+            server_id=7501,
+            tables=[table],
+            events=["insert"],
+            batch_size=100,
+            poll_interval_s=0.02,
+        )
+        await source.open()
+    async with connector.engine.begin() as conn:
         for start in range(1, n + 1, 1000):
             rows = ", ".join(
                 f"({i}, 'new', 'order {i} of the benchmark')"
                 for i in range(start, min(start + 1000, n + 1))
             )
             await conn.execute(sa.text(f"INSERT INTO {table} (id, status, payload) VALUES {rows}"))
-    if source_kind == "incremental":
+    if source is not None:
+        pass
+    elif source_kind == "incremental":
         source = connector.incremental(
             table=table, key="id", cursor=["id"], batch_size=1000, poll_interval_s=0.02
         )

@@ -130,7 +130,14 @@ pub fn run(server_options: Options, options: &BenchOptions) -> Result<()> {
     if options.peers {
         check_peer_tools(&root)?;
     }
-    let servers = Servers::provide(server_options, &Kind::DATABASES)?;
+    // The source drains beside the reference (--peers) include the binlog source, which needs
+    // a server writing a row-format binary log.
+    let kinds: &[Kind] = if options.peers {
+        &Kind::ALL
+    } else {
+        &Kind::DATABASES
+    };
+    let servers = Servers::provide(server_options, kinds)?;
     let outcome = run_all(&root, &burndown, &servers, options);
     let cleaned = servers.finish();
     let lines = outcome?;
@@ -269,6 +276,7 @@ fn run_all(
                 "sqlite",
                 format!("sqlite://{}?mode=rwc", sqlite_file.display()),
             ),
+            ("mariadb-binlog", servers.url(Kind::MariadbBinlog)?),
         ];
         let drain = crate::target_dir().join("release/examples/source_drain");
         lines.extend(sources::run(root, &drain, &servers)?);

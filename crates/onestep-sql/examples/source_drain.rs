@@ -2,12 +2,14 @@
 //! same work done by the reference's connector, `bench/peers/py_source_bench.py`).
 //!
 //! ```text
-//! source_drain --dsn URL --source table_queue|incremental [--n 5000] [--concurrency 32]
+//! source_drain --dsn URL --source table_queue|incremental|binlog [--n 5000] [--concurrency 32]
 //! ```
 //!
 //! Creates a table of `n` rows (`id`, `status`, `payload`), drains it with one worker app and a
 //! handler that does nothing, and prints one JSON line: `{"source", "backend", "n",
-//! "drain_per_s", "seconds"}`. The table is dropped afterwards.
+//! "drain_per_s", "seconds"}`. The table is dropped afterwards. `binlog` (a MySQL/MariaDB
+//! server writing a row-format log) opens the source first, then writes the rows, and drains
+//! their insert events.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -81,6 +83,12 @@ async fn run<D: Dialect>(a: Args) -> Result<Value, BoxError> {
         ),
     )
     .await?;
+    // The binlog source reads from where the log ends when it opens: before the rows.
+    let binlog = if a.source == "binlog" {
+        Some(binlog_source(&a.dsn, &table).await?)
+    } else {
+        None
+    };
     for chunk in (1..=a.n).collect::<Vec<_>>().chunks(1000) {
         let values: Vec<String> = chunk
             .iter()
@@ -95,7 +103,9 @@ async fn run<D: Dialect>(a: Args) -> Result<Value, BoxError> {
         )
         .await?;
     }
-    let source: Arc<dyn Source> = if a.source == "incremental" {
+    let source: Arc<dyn Source> = if let Some(binlog) = binlog {
+        binlog
+    } else if a.source == "incremental" {
         let store: Arc<dyn CursorStore> = Arc::new(InMemoryCursorStore::default());
         Arc::new(IncrementalSource::new(
             connector.clone(),
@@ -150,6 +160,24 @@ async fn run<D: Dialect>(a: Args) -> Result<Value, BoxError> {
         "seconds": seconds,
         "drain_per_s": (a.n as f64 / seconds).round(),
     }))
+}
+
+/// A binlog source over the inserts of `table`, opened (its position at the log's end).
+async fn binlog_source(dsn: &str, table: &str) -> Result<Arc<dyn Source>, BoxError> {
+    use onestep_core::Resource;
+    use onestep_sql::binlog::{BinlogOptions, BinlogSource, EventKind};
+    let connector = SqlConnector::<onestep_sql::mysql::MySql>::new(dsn)?;
+    let source = BinlogSource::new(
+        connector,
+        BinlogOptions::new(7500)
+            .with_tables([table])
+            .with_events([EventKind::Insert])
+            .with_batch_size(100)
+            .with_poll_interval(Duration::from_millis(20)),
+        Arc::new(InMemoryCursorStore::default()),
+    )?;
+    source.open().await?;
+    Ok(Arc::new(source))
 }
 
 #[tokio::main]

@@ -12,14 +12,20 @@ use serde_json::Value;
 /// Rows per source drain.
 const N: usize = 5000;
 
-/// The table queue and incremental drains of both systems on every server; each result one
-/// JSON object with `system`, `server` and `workload`.
+/// The table queue and incremental drains of both systems on every server (the binlog drain on
+/// `mariadb-binlog`, a server writing a row-format log); each result one JSON object with
+/// `system`, `server` and `workload`.
 pub fn run(root: &Path, binary: &Path, servers: &[(&str, String)]) -> Result<Vec<Value>> {
     let python = root.join(".venv-ref/bin/python");
     let script = root.join("bench/peers/py_source_bench.py");
     let mut lines = Vec::new();
     for (server, dsn) in servers {
-        for workload in ["table_queue", "incremental"] {
+        let workloads: &[&str] = if *server == "mariadb-binlog" {
+            &["binlog"]
+        } else {
+            &["table_queue", "incremental"]
+        };
+        for &workload in workloads {
             let mut ours = Command::new(binary);
             ours.args(["--dsn", dsn, "--source", workload, "--n", &N.to_string()]);
             let mut theirs = Command::new(&python);

@@ -74,7 +74,10 @@ pub fn restart(worker: &Path, dir: &Path, n: usize) -> Result<Value> {
             ),
         )?;
         let mut child = Command::new(worker)
+            // Slow enough (20 ms a row, 8 at once) that the restart lands mid-read, while rows
+            // of a ten-row event wait in the reader.
             .args(["--dsn", &dsn, "--table", &table, "--source", "binlog"])
+            .args(["--work-ms", "20"])
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()

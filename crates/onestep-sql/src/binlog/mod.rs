@@ -482,13 +482,15 @@ impl Source for BinlogSource {
                 return Err(inner.error(ConnectorOperation::Fetch, err));
             }
         };
-        let consumed = reader.consumed();
+        // Rows of an event partly delivered hold the position at it.
+        let consumed = (!reader.has_buffered()).then(|| reader.consumed());
         drop(reader);
 
         let mut progress = inner.progress.lock().await;
         if changes.is_empty() {
             // Only other tables' changes went by: move the position on past them.
-            if progress.pending.is_empty()
+            if let Some(consumed) = consumed
+                && progress.pending.is_empty()
                 && progress
                     .committed
                     .as_ref()

@@ -249,6 +249,26 @@ impl Reader {
             };
             out.push(change);
         }
+        match self.read_more(&mut out, limit, wait).await {
+            Ok(()) => Ok(out),
+            Err(err) if out.is_empty() => Err(err),
+            Err(err) => {
+                // What was read stays delivered; the failure is met again after reconnecting
+                // (the failed event was not passed), by the next read.
+                tracing::warn!(error = ?err, "binlog read failed after some rows; reconnecting");
+                self.disconnect();
+                Ok(out)
+            }
+        }
+    }
+
+    /// Reads events into `out` until it holds `limit` changes (see [`Reader::read`]).
+    async fn read_more(
+        &mut self,
+        out: &mut Vec<Change>,
+        limit: usize,
+        wait: Duration,
+    ) -> Result<(), ReadError> {
         if self.stream.is_none() {
             self.connect().await?;
         }
@@ -314,7 +334,12 @@ impl Reader {
                 }
             }
         }
-        Ok(out)
+        Ok(())
+    }
+
+    /// Whether rows of an event already read wait to be delivered.
+    pub(crate) fn has_buffered(&self) -> bool {
+        !self.buffered.is_empty()
     }
 
     /// Handles one event: positions, and the row changes it carries that the source wants.

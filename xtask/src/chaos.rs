@@ -488,6 +488,7 @@ impl Owned {
             Kind::Mariadb | Kind::MariadbBinlog => Self::Mariadb(Box::new(
                 crate::throwaway::mariadb::Throwaway::start(dir, kind == Kind::MariadbBinlog)?,
             )),
+            Kind::Redis => bail!("the chaos suite restarts database servers only, not Redis"),
         })
     }
 
@@ -525,6 +526,7 @@ fn restart_server(
     let backend = match kind {
         Kind::Postgres => "postgres",
         Kind::Mariadb | Kind::MariadbBinlog => "mariadb",
+        Kind::Redis => "redis",
     };
     let server = Owned::start(kind, &dir.join(format!("restart-{backend}")))?;
     let outcome = (|| {

@@ -17,7 +17,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 
 use crate::kind::Kind;
-use crate::{mariadb, postgres};
+use crate::{mariadb, postgres, redis};
 
 /// The hidden xtask command that runs the watchdog.
 pub const WATCHDOG_COMMAND: &str = "__cleanup-watchdog";
@@ -51,6 +51,11 @@ pub enum Action {
         /// The server's process id.
         pid: u32,
     },
+    /// Stop a throwaway Redis server.
+    StopRedis {
+        /// The server's process id.
+        pid: u32,
+    },
     /// Remove this run's temporary directory.
     RemoveDir {
         /// The directory.
@@ -65,6 +70,7 @@ impl Action {
             Action::DropDatabase { kind, admin, name } => kind.drop_database(admin, name),
             Action::StopPostgres { bin_dir, data_dir } => postgres::stop(bin_dir, data_dir),
             Action::StopMariadb { admin, pid } => mariadb::stop(admin, *pid),
+            Action::StopRedis { pid } => redis::stop(*pid),
             Action::RemoveDir { path } => match std::fs::remove_dir_all(path) {
                 Err(err) if err.kind() != std::io::ErrorKind::NotFound => {
                     Err(err).with_context(|| format!("could not remove {}", path.display()))
@@ -84,6 +90,7 @@ impl Action {
                 format!("stop throwaway PostgreSQL in {}", data_dir.display())
             }
             Action::StopMariadb { pid, .. } => format!("stop throwaway MariaDB (pid {pid})"),
+            Action::StopRedis { pid } => format!("stop throwaway Redis (pid {pid})"),
             Action::RemoveDir { path } => format!("remove {}", path.display()),
         }
     }
@@ -105,6 +112,7 @@ impl Action {
             Action::StopMariadb { admin, pid } => {
                 vec!["stop-mariadb".into(), admin.clone(), pid.to_string()]
             }
+            Action::StopRedis { pid } => vec!["stop-redis".into(), pid.to_string()],
             Action::RemoveDir { path } => vec!["remove-dir".into(), path_field(path)?],
         };
         if fields.iter().any(|f| f.contains(['\t', '\n'])) {
@@ -131,6 +139,9 @@ impl Action {
             },
             ["stop-mariadb", admin, pid] => Action::StopMariadb {
                 admin: (*admin).to_string(),
+                pid: pid.parse().context("bad pid")?,
+            },
+            ["stop-redis", pid] => Action::StopRedis {
                 pid: pid.parse().context("bad pid")?,
             },
             ["remove-dir", path] => Action::RemoveDir { path: path.into() },

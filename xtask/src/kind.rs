@@ -5,7 +5,7 @@ use std::net::{Ipv4Addr, SocketAddr};
 use anyhow::{Context, Result};
 
 use crate::url::DbUrl;
-use crate::{mariadb, postgres};
+use crate::{mariadb, postgres, redis};
 
 /// A database server kind.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -16,11 +16,19 @@ pub enum Kind {
     Mariadb,
     /// MariaDB writing a row-format binary log (for the binlog source's tests).
     MariadbBinlog,
+    /// Redis (for onestep-redis's tests); no database is made per run: tests use keys of
+    /// their own.
+    Redis,
 }
 
 impl Kind {
     /// Every kind, in the order they are set up and reported.
-    pub const ALL: [Kind; 3] = [Kind::Postgres, Kind::Mariadb, Kind::MariadbBinlog];
+    pub const ALL: [Kind; 4] = [
+        Kind::Postgres,
+        Kind::Mariadb,
+        Kind::MariadbBinlog,
+        Kind::Redis,
+    ];
 
     /// The plain database servers (benchmarks and the chaos suite need no binary log).
     pub const DATABASES: [Kind; 2] = [Kind::Postgres, Kind::Mariadb];
@@ -31,6 +39,7 @@ impl Kind {
             Kind::Postgres => "postgres",
             Kind::Mariadb => "mysql",
             Kind::MariadbBinlog => "mysql-binlog",
+            Kind::Redis => "redis",
         }
     }
 
@@ -48,6 +57,7 @@ impl Kind {
             Kind::Postgres => "PostgreSQL",
             Kind::Mariadb => "MySQL/MariaDB",
             Kind::MariadbBinlog => "MariaDB (row-format binary log)",
+            Kind::Redis => "Redis",
         }
     }
 
@@ -57,6 +67,7 @@ impl Kind {
             Kind::Postgres => "ONESTEP_POSTGRES_URL",
             Kind::Mariadb => "ONESTEP_MYSQL_URL",
             Kind::MariadbBinlog => "ONESTEP_MYSQL_BINLOG_URL",
+            Kind::Redis => "ONESTEP_REDIS_URL",
         }
     }
 
@@ -65,6 +76,7 @@ impl Kind {
         match self {
             Kind::Postgres => &["postgres", "postgresql"],
             Kind::Mariadb | Kind::MariadbBinlog => &["mysql", "mariadb"],
+            Kind::Redis => &["redis", "rediss"],
         }
     }
 
@@ -73,6 +85,7 @@ impl Kind {
         let port = match self {
             Kind::Postgres => 5432,
             Kind::Mariadb | Kind::MariadbBinlog => 3306,
+            Kind::Redis => 6379,
         };
         SocketAddr::from((Ipv4Addr::LOCALHOST, port))
     }
@@ -82,6 +95,7 @@ impl Kind {
         match self {
             Kind::Postgres => postgres::local_admin_urls(),
             Kind::Mariadb | Kind::MariadbBinlog => mariadb::local_admin_urls(),
+            Kind::Redis => redis::local_admin_urls(),
         }
     }
 
@@ -90,6 +104,7 @@ impl Kind {
         match self {
             Kind::Postgres => "psql",
             Kind::Mariadb | Kind::MariadbBinlog => "mariadb",
+            Kind::Redis => "redis-cli",
         }
     }
 
@@ -98,6 +113,7 @@ impl Kind {
         match self {
             Kind::Postgres => postgres::client().is_some(),
             Kind::Mariadb | Kind::MariadbBinlog => mariadb::client().is_some(),
+            Kind::Redis => redis::client().is_some(),
         }
     }
 
@@ -106,6 +122,7 @@ impl Kind {
         match self {
             Kind::Postgres => &["postgresql-client"],
             Kind::Mariadb | Kind::MariadbBinlog => &["mariadb-client"],
+            Kind::Redis => &["redis-tools"],
         }
     }
 
@@ -115,6 +132,7 @@ impl Kind {
             && match self {
                 Kind::Postgres => postgres::server_installed(),
                 Kind::Mariadb | Kind::MariadbBinlog => mariadb::server_installed(),
+                Kind::Redis => redis::server_installed(),
             }
     }
 
@@ -123,6 +141,7 @@ impl Kind {
         match self {
             Kind::Postgres => &["postgresql", "postgresql-client"],
             Kind::Mariadb | Kind::MariadbBinlog => &["mariadb-server", "mariadb-client"],
+            Kind::Redis => &["redis-server", "redis-tools"],
         }
     }
 
@@ -131,6 +150,7 @@ impl Kind {
         match self {
             Kind::Postgres => postgres::SYSTEM_USER,
             Kind::Mariadb | Kind::MariadbBinlog => mariadb::SYSTEM_USER,
+            Kind::Redis => redis::SYSTEM_USER,
         }
     }
 
@@ -141,6 +161,7 @@ impl Kind {
         match self {
             Kind::Postgres => postgres::query(admin, probe).map(drop),
             Kind::Mariadb => mariadb::query(admin, probe).map(drop),
+            Kind::Redis => redis::ping(admin),
             Kind::MariadbBinlog => {
                 let found = mariadb::query(admin, "SELECT @@log_bin, @@binlog_format;")?;
                 let found = found.split_whitespace().collect::<Vec<_>>().join(" ");
@@ -154,11 +175,17 @@ impl Kind {
         }
     }
 
+    /// Whether each run gets a fresh database of its own on this kind's server.
+    pub fn has_databases(self) -> bool {
+        self != Kind::Redis
+    }
+
     /// Creates database `name` over `admin`.
     pub fn create_database(self, admin: &DbUrl, name: &str, owner: Option<&str>) -> Result<()> {
         match self {
             Kind::Postgres => postgres::create_database(admin, name, owner),
             Kind::Mariadb | Kind::MariadbBinlog => mariadb::create_database(admin, name),
+            Kind::Redis => Ok(()),
         }
     }
 
@@ -168,6 +195,7 @@ impl Kind {
         match self {
             Kind::Postgres => postgres::drop_database(&admin, name),
             Kind::Mariadb | Kind::MariadbBinlog => mariadb::drop_database(&admin, name),
+            Kind::Redis => Ok(()),
         }
     }
 }

@@ -23,6 +23,7 @@ mod deny;
 mod kind;
 mod mariadb;
 mod postgres;
+mod redis;
 mod release;
 mod scratch;
 mod servers;

@@ -82,6 +82,16 @@ impl Servers {
 
         let mut env = Vec::new();
         for (kind, server, shared) in servers {
+            if !kind.has_databases() {
+                println!(
+                    "xtask: {}: {} -> {}",
+                    kind.id(),
+                    server.description,
+                    server.tests.redacted()
+                );
+                env.push((kind.url_var(), server.tests.to_string()));
+                continue;
+            }
             let name = format!("onestep_test_{}", sys::random_hex(6)?);
             if shared {
                 // Recorded first, so that even a half-finished run leaves nothing behind.
@@ -322,5 +332,6 @@ fn start_throwaway(kind: Kind, dir: &Path, root: bool, cleanup: &Cleanup) -> Res
         Kind::Postgres => throwaway::postgres::start_throwaway(dir, root, cleanup),
         Kind::Mariadb => throwaway::mariadb::start_throwaway(dir, root, cleanup, false),
         Kind::MariadbBinlog => throwaway::mariadb::start_throwaway(dir, root, cleanup, true),
+        Kind::Redis => throwaway::redis::start_throwaway(dir, root, cleanup),
     }
 }

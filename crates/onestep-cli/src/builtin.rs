@@ -20,6 +20,7 @@ impl Registry {
         *registry.catalog_mut() = onestep_core::catalog::Catalog::core();
         onestep_sql::catalog::register(registry.catalog_mut());
         onestep_http::catalog::register(registry.catalog_mut());
+        onestep_redis::catalog::register(registry.catalog_mut());
         register(&mut registry);
         registry
     }

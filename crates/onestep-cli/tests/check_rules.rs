@@ -524,7 +524,7 @@ fn webhook_resources_are_checked_field_by_field() {
     expect(&with("    path: hooks\n"), "resources.hook.path", "");
 }
 
-/// The stock binary composes the catalogs of core, onestep-sql and onestep-http, and each
+/// The stock binary composes the catalogs of core, onestep-sql, onestep-http and onestep-redis, and each
 /// type's documented fields are exactly the ones it reads.
 #[test]
 fn the_stock_catalog_has_every_crate_s_types_documented_as_read() {
@@ -550,6 +550,8 @@ fn the_stock_catalog_has_every_crate_s_types_documented_as_read() {
             "postgres_state_store",
             "postgres_table_queue",
             "postgres_table_sink",
+            "redis",
+            "redis_stream",
             "sqlite",
             "sqlite_cursor_store",
             "sqlite_execution_source",
@@ -561,6 +563,56 @@ fn the_stock_catalog_has_every_crate_s_types_documented_as_read() {
         ]
     );
     assert_eq!(registry.catalog().audit(), Vec::<String>::new());
+}
+
+/// The Redis types' fields are checked with the field at fault, as the reference names them.
+#[test]
+fn redis_fields_name_the_field_at_fault() {
+    let with = |connector: &str, stream: &str| {
+        format!(
+            "apiVersion: onestep/v1alpha1\nkind: App\napp:\n  name: q\nresources:\n  \
+             cache:\n    type: redis\n{connector}  jobs:\n    type: redis_stream\n    \
+             connector: cache\n{stream}tasks:\n  - {{name: work, source: jobs, handler: \
+             onestep:echo}}\n"
+        )
+    };
+    let url = "    url: redis://127.0.0.1:6379/0\n";
+    assert_eq!(
+        problems(&with(
+            &format!("{url}    options: {{password: x, db: 1, socket_timeout: 2.5}}\n"),
+            "    stream: jobs\n    group: g\n    maxlen: 1000\n    block_ms: 500\n    reclaim_idle_s: 30\n"
+        )),
+        Vec::new()
+    );
+    expect(&with("", ""), "resources.cache.url", "");
+    expect(
+        &with("    url: http://x\n", ""),
+        "resources.cache.url",
+        "redis://",
+    );
+    expect(
+        &with(
+            &format!("{url}    options: {{decode_responses: true}}\n"),
+            "",
+        ),
+        "resources.cache.options.decode_responses",
+        "unsupported redis option",
+    );
+    expect(
+        &with(url, "    batch_size: 0\n"),
+        "resources.jobs.batch_size",
+        "",
+    );
+    expect(
+        &with(url, "    reclaim_idle_s: 0.01\n"),
+        "resources.jobs.reclaim_idle_s",
+        "at least 0.1",
+    );
+    expect(
+        &with(url, "    queue: x\n"),
+        "resources.jobs.queue",
+        "unsupported field",
+    );
 }
 
 /// The binlog source's fields are checked with the field at fault, its defaults accepted.

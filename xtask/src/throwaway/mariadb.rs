@@ -186,6 +186,9 @@ fn install(files: &Files, root: bool, admin_user: &str) -> Result<()> {
     }
     install
         .arg(format!("--datadir={}", files.data.display()))
+        // Its own temp directory: two servers set up at once (the plain and the binlog one)
+        // would otherwise collide on temporary tables in /tmp.
+        .arg(format!("--tmpdir={}", files.dir.display()))
         .args(["--skip-test-db", "--auth-root-authentication-method=socket"]);
     sys::run(&mut install).context("mariadb-install-db failed")?;
     Ok(())
@@ -277,6 +280,7 @@ fn server_command(mariadbd: &Path, files: &Files, root: bool, port: u16) -> Comm
             files.dir.join("mysqld.pid").display()
         ))
         .arg(format!("--log-error={}", files.log.display()))
+        .arg(format!("--tmpdir={}", files.dir.display()))
         .args([
             "--skip-name-resolve",
             "--character-set-server=utf8mb4",

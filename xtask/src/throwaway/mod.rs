@@ -3,3 +3,4 @@
 
 pub mod mariadb;
 pub mod postgres;
+pub mod redis;

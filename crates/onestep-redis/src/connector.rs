@@ -27,7 +27,7 @@ pub struct RedisOptions {
 
 /// A Redis server: its URL and a connection for commands that do not block, opened on first
 /// use and re-established after a failure. Blocking stream reads get connections of their own
-/// ([`RedisConnector::blocking_connection`]). Cheap to clone.
+/// (one per stream). Cheap to clone.
 #[derive(Clone)]
 pub struct RedisConnector {
     inner: Arc<Inner>,

@@ -636,6 +636,25 @@ struct StreamDelivery {
     done: bool,
 }
 
+impl StreamDelivery {
+    /// `XACK`s the entry. When that fails the entry is still pending, so it is delivered again
+    /// here (after a poll interval) rather than left in flight for good.
+    async fn finish(&mut self, operation: ConnectorOperation) -> Result<()> {
+        self.done = true;
+        match self.source.xack(&self.id, operation).await {
+            Ok(()) => {
+                self.source.state().in_flight.remove(&self.id);
+                Ok(())
+            }
+            Err(err) => {
+                let delay = self.source.options.poll_interval;
+                self.source.again(&self.id, self.envelope.clone(), delay);
+                Err(err)
+            }
+        }
+    }
+}
+
 #[async_trait]
 impl Delivery for StreamDelivery {
     fn envelope(&self) -> &Envelope {
@@ -643,10 +662,7 @@ impl Delivery for StreamDelivery {
     }
 
     async fn ack(&mut self) -> Result<()> {
-        self.source.xack(&self.id, ConnectorOperation::Ack).await?;
-        self.source.state().in_flight.remove(&self.id);
-        self.done = true;
-        Ok(())
+        self.finish(ConnectorOperation::Ack).await
     }
 
     async fn retry(&mut self, delay: Option<Duration>) -> Result<()> {
@@ -659,10 +675,7 @@ impl Delivery for StreamDelivery {
     }
 
     async fn fail(&mut self, _failure: &FailureInfo) -> Result<()> {
-        self.source.xack(&self.id, ConnectorOperation::Fail).await?;
-        self.source.state().in_flight.remove(&self.id);
-        self.done = true;
-        Ok(())
+        self.finish(ConnectorOperation::Fail).await
     }
 
     async fn release_unstarted(&mut self) -> Result<()> {

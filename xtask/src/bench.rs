@@ -109,12 +109,16 @@ pub fn run(server_options: Options, options: &BenchOptions) -> Result<()> {
             "onestep-http",
             "-p",
             "onestep-cli",
+            "-p",
+            "onestep-redis",
             "--example",
             "burndown",
             "--example",
             "http_submit",
             "--example",
             "source_drain",
+            "--example",
+            "stream_drain",
             "--bin",
             "onestep",
         ],
@@ -269,6 +273,7 @@ fn run_all(
         }
         let sqlite_file = sqlite_dir.join("bench-sources.db");
         remove_sqlite(&sqlite_file)?;
+        let redis_url = servers.url(Kind::Redis)?;
         let servers = [
             ("postgres", postgres.clone()),
             ("mariadb", mariadb.clone()),
@@ -280,6 +285,8 @@ fn run_all(
         ];
         let drain = crate::target_dir().join("release/examples/source_drain");
         lines.extend(sources::run(root, &drain, &servers)?);
+        let stream_drain = crate::target_dir().join("release/examples/stream_drain");
+        lines.extend(sources::run_redis(root, &stream_drain, &redis_url)?);
         remove_sqlite(&sqlite_file)?;
     }
     Ok(lines)
@@ -325,7 +332,9 @@ fn check_peer_tools(root: &Path) -> Result<()> {
     if !venv.is_file() {
         bail!(
             "--peers needs the Python reference in .venv-ref: python3 -m venv .venv-ref && \
-             .venv-ref/bin/pip install \"onestep==1.15.0\" \"onestep-sql[postgres,mysql]==0.7.1\""
+             .venv-ref/bin/pip install \"onestep==1.15.0\" \"onestep-sql[postgres,mysql]==0.7.1\" \
+             \"mysql-replication==1.0.17\" \"onestep-redis==0.2.2\" (or run `cargo xtask test` once, \
+             which creates it)"
         );
     }
     if !root

@@ -1,5 +1,5 @@
-//! The SQL sources over a user's table, drained side by side with the reference's connectors
-//! (`cargo xtask bench --peers`): `crates/onestep-sql/examples/source_drain.rs` and
+//! The SQL sources over a user's table and the Redis stream, drained side by side with the
+//! reference's connectors (`cargo xtask bench --peers`): `crates/onestep-sql/examples/source_drain.rs` and
 //! `bench/peers/py_source_bench.py` create the same table of rows, drain it with one worker
 //! whose handler does nothing, and print one JSON line each.
 
@@ -46,6 +46,32 @@ pub fn run(root: &Path, binary: &Path, servers: &[(&str, String)]) -> Result<Vec
                 lines.push(line);
             }
         }
+    }
+    Ok(lines)
+}
+
+/// The `redis_stream` drain of both systems on the Redis at `url` (`server` "redis", workload
+/// "redis_stream"), each one JSON object like [`run`]'s.
+pub fn run_redis(root: &Path, binary: &Path, url: &str) -> Result<Vec<Value>> {
+    let python = root.join(".venv-ref/bin/python");
+    let script = root.join("bench/peers/py_redis_bench.py");
+    let mut ours = Command::new(binary);
+    ours.args(["--url", url, "--n", &N.to_string()]);
+    let mut theirs = Command::new(&python);
+    theirs.arg(&script).args([url, &N.to_string()]);
+    let mut lines = Vec::new();
+    for (system, cmd) in [
+        ("onestep (Rust)", ours),
+        ("onestep (Python reference)", theirs),
+    ] {
+        let mut line = super::json_line(cmd, &format!("{system} redis_stream"))?;
+        if let Value::Object(map) = &mut line {
+            map.insert("system".into(), system.into());
+            map.insert("server".into(), "redis".into());
+            map.insert("workload".into(), "redis_stream".into());
+        }
+        println!("{line}");
+        lines.push(line);
     }
     Ok(lines)
 }

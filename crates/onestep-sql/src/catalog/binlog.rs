@@ -4,10 +4,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use onestep_core::catalog::{
-    BuildContext, BuildError, Built, FieldDoc, Fields, ResourceType, Role, type_name,
+    BuildContext, BuildError, Built, FieldDoc, Fields, ResourceType, Role,
 };
 use onestep_core::state::{CursorStore, InMemoryCursorStore};
-use serde_json::Value;
 
 use crate::SqlConnector;
 use crate::binlog::{BinlogOptions, BinlogSource, EventKind, default_state_key};
@@ -69,28 +68,6 @@ pub(super) struct BinlogSpec {
     options: BinlogOptions,
 }
 
-/// A list of names: one string or a list of strings.
-fn names(f: &mut Fields<'_>, key: &str) -> Option<Vec<String>> {
-    match f.value(key) {
-        None => Some(Vec::new()),
-        Some(Value::String(s)) => Some(vec![s.trim().to_owned()]),
-        Some(Value::Array(items)) => {
-            let mut out = Vec::with_capacity(items.len());
-            for (i, item) in items.iter().enumerate() {
-                out.push(f.as_string(&format!("{key}[{i}]"), item)?);
-            }
-            Some(out)
-        }
-        Some(other) => {
-            f.problem(
-                key,
-                format!("expected a list of names, got {}", type_name(other)),
-            );
-            None
-        }
-    }
-}
-
 impl ResourceType for BinlogType {
     type Options = BinlogSpec;
 
@@ -124,10 +101,10 @@ impl ResourceType for BinlogType {
             f.problem("server_id", "is required (a positive integer)");
             None
         };
-        let schemas = names(f, "schemas");
-        let tables = names(f, "tables");
+        let schemas = super::name_list(f, "schemas", "names");
+        let tables = super::name_list(f, "tables", "names");
         let event_names = if f.has("events") {
-            names(f, "events")
+            super::name_list(f, "events", "names")
         } else {
             Some(vec!["insert".into(), "update".into(), "delete".into()])
         };

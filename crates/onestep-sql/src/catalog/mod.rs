@@ -447,6 +447,12 @@ fn read_task_name(f: &mut Fields<'_>) -> Option<String> {
 /// `key`: a column name or a list of them (empty when absent); `None`, with the problem
 /// recorded, when it is neither.
 fn column_names(f: &mut Fields<'_>, key: &str) -> Option<Vec<String>> {
+    name_list(f, key, "column names")
+}
+
+/// `key`: one string or a list of strings (empty when absent); `None`, with the problem
+/// recorded (`expected a list of <what>, got …`), when it is neither.
+fn name_list(f: &mut Fields<'_>, key: &str, what: &str) -> Option<Vec<String>> {
     match f.value(key) {
         None => Some(Vec::new()),
         Some(Value::String(s)) => Some(vec![s.trim().to_owned()]),
@@ -460,7 +466,7 @@ fn column_names(f: &mut Fields<'_>, key: &str) -> Option<Vec<String>> {
         Some(other) => {
             f.problem(
                 key,
-                format!("expected a list of column names, got {}", type_name(other)),
+                format!("expected a list of {what}, got {}", type_name(other)),
             );
             None
         }

@@ -21,6 +21,7 @@ impl Registry {
         onestep_sql::catalog::register(registry.catalog_mut());
         onestep_http::catalog::register(registry.catalog_mut());
         onestep_redis::catalog::register(registry.catalog_mut());
+        onestep_rabbitmq::catalog::register(registry.catalog_mut());
         register(&mut registry);
         registry
     }

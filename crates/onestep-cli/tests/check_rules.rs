@@ -524,7 +524,8 @@ fn webhook_resources_are_checked_field_by_field() {
     expect(&with("    path: hooks\n"), "resources.hook.path", "");
 }
 
-/// The stock binary composes the catalogs of core, onestep-sql, onestep-http and onestep-redis, and each
+/// The stock binary composes the catalogs of core, onestep-sql, onestep-http, onestep-redis and
+/// onestep-rabbitmq, and each
 /// type's documented fields are exactly the ones it reads.
 #[test]
 fn the_stock_catalog_has_every_crate_s_types_documented_as_read() {
@@ -550,6 +551,8 @@ fn the_stock_catalog_has_every_crate_s_types_documented_as_read() {
             "postgres_state_store",
             "postgres_table_queue",
             "postgres_table_sink",
+            "rabbitmq",
+            "rabbitmq_queue",
             "redis",
             "redis_stream",
             "sqlite",
@@ -611,6 +614,69 @@ fn redis_fields_name_the_field_at_fault() {
     expect(
         &with(url, "    queue: x\n"),
         "resources.jobs.queue",
+        "unsupported field",
+    );
+}
+
+/// The RabbitMQ types' fields are checked with the field at fault, as the reference names them.
+#[test]
+fn rabbitmq_fields_name_the_field_at_fault() {
+    let with = |connector: &str, queue: &str| {
+        format!(
+            "apiVersion: onestep/v1alpha1\nkind: App\napp:\n  name: q\nresources:\n  \
+             mq:\n    type: rabbitmq\n{connector}  jobs:\n    type: rabbitmq_queue\n    \
+             connector: mq\n{queue}tasks:\n  - {{name: work, source: jobs, handler: \
+             onestep:echo}}\n"
+        )
+    };
+    let url = "    url: amqp://guest:guest@127.0.0.1:5672/%2f\n";
+    assert_eq!(
+        problems(&with(
+            &format!(
+                "{url}    options: {{heartbeat: 30, timeout: 5, client_properties: {{connection_name: w}}}}\n"
+            ),
+            "    queue: jobs\n    exchange: events\n    exchange_type: topic\n    routing_key: jobs.*\n    \
+             arguments: {x-queue-type: quorum, x-max-length: 1000}\n    prefetch: 50\n    \
+             publisher_confirms: false\n"
+        )),
+        Vec::new()
+    );
+    // The reference's spelling of the default exchange.
+    assert_eq!(problems(&with(url, "    exchange: \"\"\n")), Vec::new());
+    expect(&with("", ""), "resources.mq.url", "");
+    expect(
+        &with("    url: redis://x\n", ""),
+        "resources.mq.url",
+        "amqp://",
+    );
+    expect(
+        &with(&format!("{url}    options: {{ssl: true}}\n"), ""),
+        "resources.mq.options.ssl",
+        "unsupported rabbitmq option",
+    );
+    expect(
+        &with(url, "    prefetch: 70000\n"),
+        "resources.jobs.prefetch",
+        "65535",
+    );
+    expect(
+        &with(url, "    batch_size: 0\n"),
+        "resources.jobs.batch_size",
+        "",
+    );
+    expect(
+        &with(url, "    exchange: e\n    exchange_type: sideways\n"),
+        "resources.jobs.exchange_type",
+        "direct",
+    );
+    expect(
+        &with(url, "    arguments: [1]\n"),
+        "resources.jobs.arguments",
+        "mapping",
+    );
+    expect(
+        &with(url, "    stream: x\n"),
+        "resources.jobs.stream",
         "unsupported field",
     );
 }

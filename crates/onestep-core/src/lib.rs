@@ -47,6 +47,7 @@ mod runtime;
 pub mod source;
 pub mod state;
 pub mod task;
+pub mod wire;
 
 pub use app::{AppBuilder, AppHandle, OneStepApp};
 pub use args::TaskArgs;

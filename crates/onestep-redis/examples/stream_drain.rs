@@ -13,8 +13,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use onestep_core::wire::encode_envelope;
 use onestep_core::{OneStepApp, Task, TaskContext, TaskError};
-use onestep_redis::codec::encode_envelope;
 use onestep_redis::{RedisConnector, RedisStream, RedisStreamOptions};
 use serde_json::{Value, json};
 

@@ -3,7 +3,7 @@
 //! Redis Streams for onestep: [`RedisStream`] reads a stream through a consumer group (a
 //! [`Source`](onestep_core::Source)) and appends to it (a [`Sink`](onestep_core::Sink)), as the
 //! Python reference's `onestep-redis` plugin does, with the same wire format (an entry's `body`
-//! field holds the JSON envelope `{"body", "meta", "attempts"}`), so Python and Rust producers
+//! field holds the JSON envelope `{"body", "meta", "attempts"}`, [`onestep_core::wire`]), so Python and Rust producers
 //! and consumers share one stream. YAML types `redis` and `redis_stream`: [`catalog`].
 //!
 //! ```no_run
@@ -27,7 +27,6 @@
 //! ```
 
 pub mod catalog;
-pub mod codec;
 pub mod connector;
 pub mod stream;
 

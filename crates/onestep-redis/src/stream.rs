@@ -5,7 +5,7 @@
 //!
 //! - New entries are read with `XREADGROUP … >` (blocking up to `block_ms` when nothing else is
 //!   due); each entry's `body` field holds the envelope, JSON `{"body", "meta", "attempts"}`
-//!   ([`crate::codec`]).
+//!   ([`onestep_core::wire`]).
 //! - **ack** and **fail** remove the entry from the group's pending list (`XACK`); a dead letter,
 //!   when the task has one, was written before the fail.
 //! - **retry** keeps the entry pending and delivers it again after its delay, before anything
@@ -31,8 +31,8 @@ use redis::streams::{StreamAutoClaimReply, StreamId, StreamReadReply};
 use serde_json::{Map, Value};
 use tokio::time::Instant;
 
-use crate::codec::{decode_envelope, encode_envelope};
 use crate::connector::{RedisConnector, connector_error};
+use onestep_core::wire::{decode_envelope, encode_envelope};
 
 /// What a Redis stream source and sink use.
 #[derive(Debug, Clone, PartialEq)]

@@ -1,15 +1,24 @@
 //! The message envelope on the wire, as the reference's `onestep.connectors.codec` writes and
-//! reads it: one JSON object `{"body": …, "meta": {…}, "attempts": n}`.
+//! reads it: one JSON object `{"body": …, "meta": {…}, "attempts": n}`. Every broker connector
+//! (Redis Streams, RabbitMQ, SQS) carries this text, so Python and Rust producers and consumers
+//! share one queue.
 //!
 //! Reading is as lenient as the reference's: text that is not JSON is the body itself, a JSON
 //! value that is not an object (or an object without `"body"`) is the body, a `meta` that is not
 //! an object is empty and an `attempts` that is not an integer is 0.
 
-use onestep_core::Envelope;
-use onestep_core::execution::canonical::python_dumps;
+use crate::envelope::Envelope;
+use crate::execution::canonical::python_dumps;
 use serde_json::{Map, Value};
 
 /// `envelope` as the reference encodes it (`json.dumps` of `{"body", "meta", "attempts"}`).
+///
+/// ```
+/// use onestep_core::{Envelope, wire};
+/// let text = wire::encode_envelope(&Envelope::new(serde_json::json!({"id": 1})));
+/// assert_eq!(text, r#"{"body": {"id": 1}, "meta": {}, "attempts": 0}"#);
+/// assert_eq!(wire::decode_envelope(text.as_bytes()).body["id"], 1);
+/// ```
 pub fn encode_envelope(envelope: &Envelope) -> String {
     let mut map = Map::new();
     map.insert("body".into(), envelope.body.clone());

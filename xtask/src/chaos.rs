@@ -488,7 +488,10 @@ impl Owned {
             Kind::Mariadb | Kind::MariadbBinlog => Self::Mariadb(Box::new(
                 crate::throwaway::mariadb::Throwaway::start(dir, kind == Kind::MariadbBinlog)?,
             )),
-            Kind::Redis => bail!("the chaos suite restarts database servers only, not Redis"),
+            Kind::Redis | Kind::Rabbitmq => bail!(
+                "the chaos suite restarts database servers only, not {}",
+                kind.label()
+            ),
         })
     }
 
@@ -527,6 +530,7 @@ fn restart_server(
         Kind::Postgres => "postgres",
         Kind::Mariadb | Kind::MariadbBinlog => "mariadb",
         Kind::Redis => "redis",
+        Kind::Rabbitmq => "rabbitmq",
     };
     let server = Owned::start(kind, &dir.join(format!("restart-{backend}")))?;
     let outcome = (|| {

@@ -17,7 +17,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 
 use crate::kind::Kind;
-use crate::{mariadb, postgres, redis};
+use crate::{mariadb, postgres, rabbitmq, redis};
 
 /// The hidden xtask command that runs the watchdog.
 pub const WATCHDOG_COMMAND: &str = "__cleanup-watchdog";
@@ -56,6 +56,13 @@ pub enum Action {
         /// The server's process id.
         pid: u32,
     },
+    /// Stop a throwaway RabbitMQ broker and its private epmd.
+    StopRabbitmq {
+        /// The server's process id.
+        pid: u32,
+        /// The port of the node's private epmd.
+        epmd_port: u16,
+    },
     /// Remove this run's temporary directory.
     RemoveDir {
         /// The directory.
@@ -71,6 +78,7 @@ impl Action {
             Action::StopPostgres { bin_dir, data_dir } => postgres::stop(bin_dir, data_dir),
             Action::StopMariadb { admin, pid } => mariadb::stop(admin, *pid),
             Action::StopRedis { pid } => redis::stop(*pid),
+            Action::StopRabbitmq { pid, epmd_port } => rabbitmq::stop(*pid, *epmd_port),
             Action::RemoveDir { path } => match std::fs::remove_dir_all(path) {
                 Err(err) if err.kind() != std::io::ErrorKind::NotFound => {
                     Err(err).with_context(|| format!("could not remove {}", path.display()))
@@ -91,6 +99,7 @@ impl Action {
             }
             Action::StopMariadb { pid, .. } => format!("stop throwaway MariaDB (pid {pid})"),
             Action::StopRedis { pid } => format!("stop throwaway Redis (pid {pid})"),
+            Action::StopRabbitmq { pid, .. } => format!("stop throwaway RabbitMQ (pid {pid})"),
             Action::RemoveDir { path } => format!("remove {}", path.display()),
         }
     }
@@ -113,6 +122,11 @@ impl Action {
                 vec!["stop-mariadb".into(), admin.clone(), pid.to_string()]
             }
             Action::StopRedis { pid } => vec!["stop-redis".into(), pid.to_string()],
+            Action::StopRabbitmq { pid, epmd_port } => vec![
+                "stop-rabbitmq".into(),
+                pid.to_string(),
+                epmd_port.to_string(),
+            ],
             Action::RemoveDir { path } => vec!["remove-dir".into(), path_field(path)?],
         };
         if fields.iter().any(|f| f.contains(['\t', '\n'])) {
@@ -143,6 +157,10 @@ impl Action {
             },
             ["stop-redis", pid] => Action::StopRedis {
                 pid: pid.parse().context("bad pid")?,
+            },
+            ["stop-rabbitmq", pid, epmd_port] => Action::StopRabbitmq {
+                pid: pid.parse().context("bad pid")?,
+                epmd_port: epmd_port.parse().context("bad epmd port")?,
             },
             ["remove-dir", path] => Action::RemoveDir { path: path.into() },
             _ => bail!("unknown cleanup step {:?}", fields.first().unwrap_or(&"")),

@@ -5,7 +5,7 @@ use std::net::{Ipv4Addr, SocketAddr};
 use anyhow::{Context, Result};
 
 use crate::url::DbUrl;
-use crate::{mariadb, postgres, redis};
+use crate::{mariadb, postgres, rabbitmq, redis};
 
 /// A database server kind.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -19,15 +19,19 @@ pub enum Kind {
     /// Redis (for onestep-redis's tests); no database is made per run: tests use keys of
     /// their own.
     Redis,
+    /// RabbitMQ (for onestep-rabbitmq's tests); no database is made per run: tests use queues
+    /// of their own.
+    Rabbitmq,
 }
 
 impl Kind {
     /// Every kind, in the order they are set up and reported.
-    pub const ALL: [Kind; 4] = [
+    pub const ALL: [Kind; 5] = [
         Kind::Postgres,
         Kind::Mariadb,
         Kind::MariadbBinlog,
         Kind::Redis,
+        Kind::Rabbitmq,
     ];
 
     /// The plain database servers (benchmarks and the chaos suite need no binary log).
@@ -40,6 +44,7 @@ impl Kind {
             Kind::Mariadb => "mysql",
             Kind::MariadbBinlog => "mysql-binlog",
             Kind::Redis => "redis",
+            Kind::Rabbitmq => "rabbitmq",
         }
     }
 
@@ -58,6 +63,7 @@ impl Kind {
             Kind::Mariadb => "MySQL/MariaDB",
             Kind::MariadbBinlog => "MariaDB (row-format binary log)",
             Kind::Redis => "Redis",
+            Kind::Rabbitmq => "RabbitMQ",
         }
     }
 
@@ -68,6 +74,7 @@ impl Kind {
             Kind::Mariadb => "ONESTEP_MYSQL_URL",
             Kind::MariadbBinlog => "ONESTEP_MYSQL_BINLOG_URL",
             Kind::Redis => "ONESTEP_REDIS_URL",
+            Kind::Rabbitmq => "ONESTEP_RABBITMQ_URL",
         }
     }
 
@@ -77,6 +84,7 @@ impl Kind {
             Kind::Postgres => &["postgres", "postgresql"],
             Kind::Mariadb | Kind::MariadbBinlog => &["mysql", "mariadb"],
             Kind::Redis => &["redis", "rediss"],
+            Kind::Rabbitmq => &["amqp", "amqps"],
         }
     }
 
@@ -86,6 +94,7 @@ impl Kind {
             Kind::Postgres => 5432,
             Kind::Mariadb | Kind::MariadbBinlog => 3306,
             Kind::Redis => 6379,
+            Kind::Rabbitmq => 5672,
         };
         SocketAddr::from((Ipv4Addr::LOCALHOST, port))
     }
@@ -96,6 +105,7 @@ impl Kind {
             Kind::Postgres => postgres::local_admin_urls(),
             Kind::Mariadb | Kind::MariadbBinlog => mariadb::local_admin_urls(),
             Kind::Redis => redis::local_admin_urls(),
+            Kind::Rabbitmq => rabbitmq::local_admin_urls(),
         }
     }
 
@@ -105,6 +115,7 @@ impl Kind {
             Kind::Postgres => "psql",
             Kind::Mariadb | Kind::MariadbBinlog => "mariadb",
             Kind::Redis => "redis-cli",
+            Kind::Rabbitmq => "an AMQP handshake (no client program)",
         }
     }
 
@@ -114,6 +125,7 @@ impl Kind {
             Kind::Postgres => postgres::client().is_some(),
             Kind::Mariadb | Kind::MariadbBinlog => mariadb::client().is_some(),
             Kind::Redis => redis::client().is_some(),
+            Kind::Rabbitmq => true,
         }
     }
 
@@ -123,6 +135,7 @@ impl Kind {
             Kind::Postgres => &["postgresql-client"],
             Kind::Mariadb | Kind::MariadbBinlog => &["mariadb-client"],
             Kind::Redis => &["redis-tools"],
+            Kind::Rabbitmq => &[],
         }
     }
 
@@ -133,6 +146,7 @@ impl Kind {
                 Kind::Postgres => postgres::server_installed(),
                 Kind::Mariadb | Kind::MariadbBinlog => mariadb::server_installed(),
                 Kind::Redis => redis::server_installed(),
+                Kind::Rabbitmq => rabbitmq::server().is_some(),
             }
     }
 
@@ -142,6 +156,7 @@ impl Kind {
             Kind::Postgres => &["postgresql", "postgresql-client"],
             Kind::Mariadb | Kind::MariadbBinlog => &["mariadb-server", "mariadb-client"],
             Kind::Redis => &["redis-server", "redis-tools"],
+            Kind::Rabbitmq => &["rabbitmq-server"],
         }
     }
 
@@ -151,6 +166,7 @@ impl Kind {
             Kind::Postgres => postgres::SYSTEM_USER,
             Kind::Mariadb | Kind::MariadbBinlog => mariadb::SYSTEM_USER,
             Kind::Redis => redis::SYSTEM_USER,
+            Kind::Rabbitmq => rabbitmq::SYSTEM_USER,
         }
     }
 
@@ -162,6 +178,7 @@ impl Kind {
             Kind::Postgres => postgres::query(admin, probe).map(drop),
             Kind::Mariadb => mariadb::query(admin, probe).map(drop),
             Kind::Redis => redis::ping(admin),
+            Kind::Rabbitmq => rabbitmq::ping(admin),
             Kind::MariadbBinlog => {
                 let found = mariadb::query(admin, "SELECT @@log_bin, @@binlog_format;")?;
                 let found = found.split_whitespace().collect::<Vec<_>>().join(" ");
@@ -177,7 +194,7 @@ impl Kind {
 
     /// Whether each run gets a fresh database of its own on this kind's server.
     pub fn has_databases(self) -> bool {
-        self != Kind::Redis
+        !matches!(self, Kind::Redis | Kind::Rabbitmq)
     }
 
     /// Creates database `name` over `admin`.
@@ -185,7 +202,7 @@ impl Kind {
         match self {
             Kind::Postgres => postgres::create_database(admin, name, owner),
             Kind::Mariadb | Kind::MariadbBinlog => mariadb::create_database(admin, name),
-            Kind::Redis => Ok(()),
+            Kind::Redis | Kind::Rabbitmq => Ok(()),
         }
     }
 
@@ -195,7 +212,7 @@ impl Kind {
         match self {
             Kind::Postgres => postgres::drop_database(&admin, name),
             Kind::Mariadb | Kind::MariadbBinlog => mariadb::drop_database(&admin, name),
-            Kind::Redis => Ok(()),
+            Kind::Redis | Kind::Rabbitmq => Ok(()),
         }
     }
 }

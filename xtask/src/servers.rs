@@ -333,5 +333,6 @@ fn start_throwaway(kind: Kind, dir: &Path, root: bool, cleanup: &Cleanup) -> Res
         Kind::Mariadb => throwaway::mariadb::start_throwaway(dir, root, cleanup, false),
         Kind::MariadbBinlog => throwaway::mariadb::start_throwaway(dir, root, cleanup, true),
         Kind::Redis => throwaway::redis::start_throwaway(dir, root, cleanup),
+        Kind::Rabbitmq => throwaway::rabbitmq::start_throwaway(dir, root, cleanup),
     }
 }

@@ -3,4 +3,5 @@
 
 pub mod mariadb;
 pub mod postgres;
+pub mod rabbitmq;
 pub mod redis;

@@ -9,7 +9,10 @@ use lapin::options::{BasicAckOptions, BasicNackOptions, BasicPublishOptions, Bas
 use onestep_core::wire::{decode_envelope, encode_envelope};
 use onestep_core::{Delivery, Envelope, FailureInfo, Result};
 
-use crate::queue::Inner;
+use crate::queue::{CONFIRM_TIMEOUT, Inner};
+
+/// How long an ack, nack or reject may take to be written before its channel counts as dead.
+const SETTLE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// A consumed message, settled once.
 pub(crate) struct AmqpDelivery {
@@ -47,19 +50,22 @@ impl AmqpDelivery {
         );
     }
 
-    async fn settle(&mut self, what: &str, result: lapin::Result<bool>) -> Result<()> {
+    /// Waits for `settling` (an ack, nack or reject) up to [`SETTLE_TIMEOUT`]. One that fails
+    /// or never completes (a connection that died under it) leaves the message to the broker:
+    /// its channel is closed, if still open, so the broker requeues it.
+    async fn settle(
+        &mut self,
+        what: &str,
+        settling: impl std::future::Future<Output = lapin::Result<bool>>,
+    ) -> Result<()> {
         self.done = true;
-        match result {
-            Ok(true) => Ok(()),
-            Ok(false) => {
-                self.lost(what, None);
-                Ok(())
-            }
-            Err(err) => {
-                self.lost(what, Some(&err));
-                Ok(())
-            }
+        match tokio::time::timeout(SETTLE_TIMEOUT, settling).await {
+            Ok(Ok(true)) => {}
+            Ok(Ok(false)) => self.lost(what, None),
+            Ok(Err(err)) => self.lost(what, Some(&err)),
+            Err(_) => self.lost(what, None),
         }
+        Ok(())
     }
 }
 
@@ -99,10 +105,24 @@ async fn send_again(
             )
             .await?
             .await
-    }
-    .await;
+    };
+    let published = match tokio::time::timeout(CONFIRM_TIMEOUT, published).await {
+        Ok(published) => published,
+        Err(_) => {
+            // No confirm: leave the original unacked; the broker requeues it with the channel.
+            source.mark_broken(generation);
+            tracing::warn!(queue = %source.options.queue, "no confirm for a retried message's copy; the original comes again");
+            return;
+        }
+    };
     let outcome = match published {
-        Ok(Confirmation::Ack(None)) => acker.ack(BasicAckOptions::default()).await,
+        Ok(Confirmation::Ack(None)) => {
+            match tokio::time::timeout(SETTLE_TIMEOUT, acker.ack(BasicAckOptions::default())).await
+            {
+                Ok(acked) => acked,
+                Err(_) => Ok(false),
+            }
+        }
         Ok(other) => {
             tracing::warn!(queue = %source.options.queue, confirmation = ?other,
                 "the broker did not take a retried message's copy; requeueing the original");
@@ -115,9 +135,9 @@ async fn send_again(
             acker.nack(requeue).await
         }
     };
-    if let Err(err) = outcome {
+    if !matches!(outcome, Ok(true)) {
         source.mark_broken(generation);
-        tracing::warn!(queue = %source.options.queue, error = %err,
+        tracing::warn!(queue = %source.options.queue, error = ?outcome.err(),
             "could not settle a retried message: its channel closed, so the broker delivers it again");
     }
 }
@@ -129,8 +149,9 @@ impl Delivery for AmqpDelivery {
     }
 
     async fn ack(&mut self) -> Result<()> {
-        let result = self.message.acker.ack(BasicAckOptions::default()).await;
-        self.settle("ack", result).await
+        let acker = self.message.acker.clone();
+        self.settle("ack", acker.ack(BasicAckOptions::default()))
+            .await
     }
 
     async fn retry(&mut self, delay: Option<Duration>) -> Result<()> {
@@ -157,24 +178,21 @@ impl Delivery for AmqpDelivery {
     }
 
     async fn fail(&mut self, _failure: &FailureInfo) -> Result<()> {
-        let result = self
-            .message
-            .acker
-            .reject(BasicRejectOptions { requeue: false })
-            .await;
-        self.settle("reject", result).await
+        let acker = self.message.acker.clone();
+        self.settle(
+            "reject",
+            acker.reject(BasicRejectOptions { requeue: false }),
+        )
+        .await
     }
 
     async fn release_unstarted(&mut self) -> Result<()> {
-        let result = self
-            .message
-            .acker
-            .nack(BasicNackOptions {
-                multiple: false,
-                requeue: true,
-            })
-            .await;
-        self.settle("requeue", result).await
+        let acker = self.message.acker.clone();
+        let requeue = BasicNackOptions {
+            multiple: false,
+            requeue: true,
+        };
+        self.settle("requeue", acker.nack(requeue)).await
     }
 }
 

@@ -52,6 +52,9 @@ use crate::connector::RabbitMqConnector;
 use crate::delivery::AmqpDelivery;
 use crate::options::RabbitMqQueueOptions;
 
+/// How long a publish waits for the broker's confirm before its outcome counts as unknown.
+pub(crate) const CONFIRM_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// The two channels of one connection: one consumes (with the prefetch limit), one publishes
 /// (in confirm mode). `generation` counts reconnections; a message belongs to one.
 #[derive(Clone)]
@@ -151,11 +154,27 @@ impl Inner {
         self.channels_slot().clone().filter(Channels::connected)
     }
 
-    /// Forgets generation `generation` after an error on it; the next use connects again.
+    /// Forgets generation `generation` after an error on it, closing its channels if they are
+    /// still open (so the broker requeues what they hold); the next use connects again.
     pub(crate) fn mark_broken(&self, generation: u64) {
-        let mut slot = self.channels_slot();
-        if slot.as_ref().is_some_and(|c| c.generation == generation) {
-            *slot = None;
+        let broken = {
+            let mut slot = self.channels_slot();
+            if slot.as_ref().is_some_and(|c| c.generation == generation) {
+                slot.take()
+            } else {
+                None
+            }
+        };
+        if let Some(channels) = broken
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            runtime.spawn(async move {
+                let close = async {
+                    close_quietly(&channels.consume).await;
+                    close_quietly(&channels.publish).await;
+                };
+                let _ = tokio::time::timeout(Duration::from_secs(5), close).await;
+            });
         }
     }
 
@@ -566,7 +585,23 @@ impl Sink for RabbitMqQueue {
         if !o.publisher_confirms {
             return Ok(());
         }
-        match confirm.await.map_err(|e| fail(&e))? {
+        let Ok(confirmed) = tokio::time::timeout(CONFIRM_TIMEOUT, confirm).await else {
+            // The connection went silent: whether the broker stored it is unknown.
+            inner.mark_broken(channels.generation);
+            return Err(Error::Connector(
+                ConnectorOperationError::new(
+                    "rabbitmq",
+                    ConnectorOperation::Send,
+                    ConnectorErrorKind::Uncertain,
+                    &inner.name,
+                )
+                .with_cause(std::io::Error::other(format!(
+                    "no publisher confirm within {} s",
+                    CONFIRM_TIMEOUT.as_secs()
+                ))),
+            ));
+        };
+        match confirmed.map_err(|e| fail(&e))? {
             Confirmation::Nack(_) => Err(Error::Connector(
                 ConnectorOperationError::new(
                     "rabbitmq",

@@ -110,7 +110,11 @@ async fn python_and_rust_share_one_queue_both_ways() {
                "attempts": 1})
     );
     let six = read.iter().find(|m| m["body"]["id"] == json!(6)).unwrap();
-    assert_eq!(six["attempts"], json!(2), "the retried copy carries one more attempt");
+    assert_eq!(
+        six["attempts"],
+        json!(2),
+        "the retried copy carries one more attempt"
+    );
 
     // The reference's retry of a message Rust published requeues it unchanged.
     let q = queue(&name);

@@ -1,5 +1,6 @@
-//! YAML files of the reference's SQL resource types pass both `check --strict`s: this port's
-//! (`examples/sqlite-sources.yaml` and `examples/mysql-binlog.yaml` as shipped) and the Python
+//! YAML files of the reference's SQL and broker resource types pass both `check --strict`s: this port's
+//! (`examples/sqlite-sources.yaml`, `examples/mysql-binlog.yaml` and `examples/rabbitmq-worker.yaml`
+//! as shipped) and the Python
 //! reference's (the same file with its `onestep:echo` handlers swapped for Python refs), so a
 //! file moves between them unchanged apart from handler refs.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -18,6 +19,11 @@ fn the_sql_sources_example_passes_both_strict_checks() {
 #[test]
 fn the_binlog_example_passes_both_strict_checks() {
     both_accept("examples/mysql-binlog.yaml", 1);
+}
+
+#[test]
+fn the_rabbitmq_example_passes_both_strict_checks() {
+    both_accept("examples/rabbitmq-worker.yaml", 1);
 }
 
 /// Both checks accept `file`, whose `min_handlers` or more handlers are `onestep:echo` lines.

@@ -9,7 +9,7 @@ use lapin::options::{BasicAckOptions, BasicNackOptions, BasicPublishOptions, Bas
 use onestep_core::wire::{decode_envelope, encode_envelope};
 use onestep_core::{Delivery, Envelope, FailureInfo, Result};
 
-use crate::queue::{CONFIRM_TIMEOUT, Inner};
+use crate::link::{CONFIRM_TIMEOUT, Inner};
 
 /// How long an ack, nack or reject may take to be written before its channel counts as dead.
 const SETTLE_TIMEOUT: Duration = Duration::from_secs(5);

@@ -31,6 +31,7 @@ mod arguments;
 pub mod catalog;
 pub mod connector;
 mod delivery;
+mod link;
 pub mod options;
 pub mod queue;
 

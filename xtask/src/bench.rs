@@ -111,6 +111,8 @@ pub fn run(server_options: Options, options: &BenchOptions) -> Result<()> {
             "onestep-cli",
             "-p",
             "onestep-redis",
+            "-p",
+            "onestep-rabbitmq",
             "--example",
             "burndown",
             "--example",
@@ -119,6 +121,8 @@ pub fn run(server_options: Options, options: &BenchOptions) -> Result<()> {
             "source_drain",
             "--example",
             "stream_drain",
+            "--example",
+            "queue_drain",
             "--bin",
             "onestep",
         ],
@@ -274,6 +278,7 @@ fn run_all(
         let sqlite_file = sqlite_dir.join("bench-sources.db");
         remove_sqlite(&sqlite_file)?;
         let redis_url = servers.url(Kind::Redis)?;
+        let rabbitmq_url = servers.url(Kind::Rabbitmq)?;
         let servers = [
             ("postgres", postgres.clone()),
             ("mariadb", mariadb.clone()),
@@ -286,7 +291,19 @@ fn run_all(
         let drain = crate::target_dir().join("release/examples/source_drain");
         lines.extend(sources::run(root, &drain, &servers)?);
         let stream_drain = crate::target_dir().join("release/examples/stream_drain");
-        lines.extend(sources::run_redis(root, &stream_drain, &redis_url)?);
+        lines.extend(sources::run_broker(
+            root,
+            (&stream_drain, "py_redis_bench.py"),
+            &redis_url,
+            ("redis_stream", "redis"),
+        )?);
+        let queue_drain = crate::target_dir().join("release/examples/queue_drain");
+        lines.extend(sources::run_broker(
+            root,
+            (&queue_drain, "py_rabbitmq_bench.py"),
+            &rabbitmq_url,
+            ("rabbitmq_queue", "rabbitmq"),
+        )?);
         remove_sqlite(&sqlite_file)?;
     }
     Ok(lines)

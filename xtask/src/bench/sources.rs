@@ -50,11 +50,17 @@ pub fn run(root: &Path, binary: &Path, servers: &[(&str, String)]) -> Result<Vec
     Ok(lines)
 }
 
-/// The `redis_stream` drain of both systems on the Redis at `url` (`server` "redis", workload
-/// "redis_stream"), each one JSON object like [`run`]'s.
-pub fn run_redis(root: &Path, binary: &Path, url: &str) -> Result<Vec<Value>> {
+/// A broker drain: ours (`binary --url URL --n N`) beside the reference's plugin
+/// (`bench/peers/<script> URL N`), each one JSON object like [`run`]'s, labelled `workload` on
+/// `server` (`redis_stream` on `redis`, `rabbitmq_queue` on `rabbitmq`).
+pub fn run_broker(
+    root: &Path,
+    (binary, script): (&Path, &str),
+    url: &str,
+    (workload, server): (&str, &str),
+) -> Result<Vec<Value>> {
     let python = root.join(".venv-ref/bin/python");
-    let script = root.join("bench/peers/py_redis_bench.py");
+    let script = root.join("bench/peers").join(script);
     let mut ours = Command::new(binary);
     ours.args(["--url", url, "--n", &N.to_string()]);
     let mut theirs = Command::new(&python);
@@ -64,11 +70,11 @@ pub fn run_redis(root: &Path, binary: &Path, url: &str) -> Result<Vec<Value>> {
         ("onestep (Rust)", ours),
         ("onestep (Python reference)", theirs),
     ] {
-        let mut line = super::json_line(cmd, &format!("{system} redis_stream"))?;
+        let mut line = super::json_line(cmd, &format!("{system} {workload}"))?;
         if let Value::Object(map) = &mut line {
             map.insert("system".into(), system.into());
-            map.insert("server".into(), "redis".into());
-            map.insert("workload".into(), "redis_stream".into());
+            map.insert("server".into(), server.into());
+            map.insert("workload".into(), workload.into());
         }
         println!("{line}");
         lines.push(line);

@@ -26,6 +26,10 @@ use crate::options::RabbitMqQueueOptions;
 /// How long a publish waits for the broker's confirm before its outcome counts as unknown.
 pub(crate) const CONFIRM_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// How long opening channels (with the declarations), `basic.consume` or `basic.cancel` may
+/// take before the connection counts as dead.
+const RPC_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// The two channels of one connection: one consumes (with the prefetch limit), one publishes
 /// (in confirm mode). `generation` counts reconnections; a message belongs to one.
 #[derive(Clone)]
@@ -91,6 +95,22 @@ impl Inner {
             .error(&self.name, operation, err, Some(self.options.poll_interval))
     }
 
+    /// A `disconnected` error for `what`, which got no answer within [`RPC_TIMEOUT`].
+    fn silent(&self, operation: ConnectorOperation, what: &str) -> Error {
+        Error::Connector(
+            ConnectorOperationError::new(
+                "rabbitmq",
+                operation,
+                ConnectorErrorKind::Disconnected,
+                &self.name,
+            )
+            .with_cause(std::io::Error::other(format!(
+                "{what}: no answer from the broker within {} s",
+                RPC_TIMEOUT.as_secs()
+            ))),
+        )
+    }
+
     pub(crate) fn channels_slot(&self) -> std::sync::MutexGuard<'_, Option<Channels>> {
         self.channels
             .lock()
@@ -136,10 +156,11 @@ impl Inner {
             return Ok(channels);
         }
         let conn = self.connector.connection(&self.name).await?;
-        let built = self
-            .build(&conn, *generation + 1)
-            .await
-            .map_err(|e| self.error(ConnectorOperation::Open, &e))?;
+        let built =
+            match tokio::time::timeout(RPC_TIMEOUT, self.build(&conn, *generation + 1)).await {
+                Ok(built) => built.map_err(|e| self.error(ConnectorOperation::Open, &e))?,
+                Err(_) => return Err(self.silent(ConnectorOperation::Open, "opening channels")),
+            };
         *generation += 1;
         if *generation > 1 {
             tracing::info!(queue = %self.options.queue, "reconnected to RabbitMQ");
@@ -252,19 +273,23 @@ impl Inner {
             random_suffix(),
             channels.generation
         );
-        let consumer = channels
-            .consume
-            .basic_consume(
-                self.options.queue.as_str().into(),
-                tag.into(),
-                BasicConsumeOptions::default(),
-                FieldTable::default(),
-            )
-            .await
-            .map_err(|e| {
+        let consuming = channels.consume.basic_consume(
+            self.options.queue.as_str().into(),
+            tag.into(),
+            BasicConsumeOptions::default(),
+            FieldTable::default(),
+        );
+        let consumer = match tokio::time::timeout(RPC_TIMEOUT, consuming).await {
+            Ok(Ok(consumer)) => consumer,
+            Ok(Err(err)) => {
                 self.mark_broken(channels.generation);
-                self.error(ConnectorOperation::Fetch, &e)
-            })?;
+                return Err(self.error(ConnectorOperation::Fetch, &err));
+            }
+            Err(_) => {
+                self.mark_broken(channels.generation);
+                return Err(self.silent(ConnectorOperation::Fetch, "basic.consume"));
+            }
+        };
         state.consumer = Some(consumer);
         Ok(())
     }
@@ -326,12 +351,16 @@ impl Inner {
         if let Some(mut consumer) = state.consumer.take()
             && let Some(channels) = channels
         {
-            if let Err(err) = channels
+            let cancel = channels
                 .consume
-                .basic_cancel(consumer.tag(), BasicCancelOptions::default())
-                .await
-            {
-                tracing::debug!(error = %err, "cancelling the RabbitMQ consumer");
+                .basic_cancel(consumer.tag(), BasicCancelOptions::default());
+            match tokio::time::timeout(RPC_TIMEOUT, cancel).await {
+                Ok(Ok(())) => {}
+                Ok(Err(err)) => tracing::debug!(error = %err, "cancelling the RabbitMQ consumer"),
+                Err(_) => {
+                    // A silent connection: closing the channel hands everything back.
+                    self.mark_broken(generation);
+                }
             }
             // What the broker sent before the cancel arrives before the end of the stream.
             while let Ok(Some(Ok(message))) =

@@ -488,7 +488,7 @@ impl Owned {
             Kind::Mariadb | Kind::MariadbBinlog => Self::Mariadb(Box::new(
                 crate::throwaway::mariadb::Throwaway::start(dir, kind == Kind::MariadbBinlog)?,
             )),
-            Kind::Redis | Kind::Rabbitmq => bail!(
+            Kind::Redis | Kind::Rabbitmq | Kind::Sqs => bail!(
                 "the chaos suite restarts database servers only, not {}",
                 kind.label()
             ),
@@ -531,6 +531,7 @@ fn restart_server(
         Kind::Mariadb | Kind::MariadbBinlog => "mariadb",
         Kind::Redis => "redis",
         Kind::Rabbitmq => "rabbitmq",
+        Kind::Sqs => "sqs",
     };
     let server = Owned::start(kind, &dir.join(format!("restart-{backend}")))?;
     let outcome = (|| {

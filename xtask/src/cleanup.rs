@@ -17,7 +17,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 
 use crate::kind::Kind;
-use crate::{mariadb, postgres, rabbitmq, redis};
+use crate::{mariadb, postgres, rabbitmq, redis, sqs};
 
 /// The hidden xtask command that runs the watchdog.
 pub const WATCHDOG_COMMAND: &str = "__cleanup-watchdog";
@@ -63,6 +63,11 @@ pub enum Action {
         /// The port of the node's private epmd.
         epmd_port: u16,
     },
+    /// Stop a throwaway moto emulator.
+    StopMoto {
+        /// The server's process id.
+        pid: u32,
+    },
     /// Remove this run's temporary directory.
     RemoveDir {
         /// The directory.
@@ -79,6 +84,7 @@ impl Action {
             Action::StopMariadb { admin, pid } => mariadb::stop(admin, *pid),
             Action::StopRedis { pid } => redis::stop(*pid),
             Action::StopRabbitmq { pid, epmd_port } => rabbitmq::stop(*pid, *epmd_port),
+            Action::StopMoto { pid } => sqs::stop(*pid),
             Action::RemoveDir { path } => match std::fs::remove_dir_all(path) {
                 Err(err) if err.kind() != std::io::ErrorKind::NotFound => {
                     Err(err).with_context(|| format!("could not remove {}", path.display()))
@@ -100,6 +106,7 @@ impl Action {
             Action::StopMariadb { pid, .. } => format!("stop throwaway MariaDB (pid {pid})"),
             Action::StopRedis { pid } => format!("stop throwaway Redis (pid {pid})"),
             Action::StopRabbitmq { pid, .. } => format!("stop throwaway RabbitMQ (pid {pid})"),
+            Action::StopMoto { pid } => format!("stop throwaway moto (pid {pid})"),
             Action::RemoveDir { path } => format!("remove {}", path.display()),
         }
     }
@@ -127,6 +134,7 @@ impl Action {
                 pid.to_string(),
                 epmd_port.to_string(),
             ],
+            Action::StopMoto { pid } => vec!["stop-moto".into(), pid.to_string()],
             Action::RemoveDir { path } => vec!["remove-dir".into(), path_field(path)?],
         };
         if fields.iter().any(|f| f.contains(['\t', '\n'])) {
@@ -161,6 +169,9 @@ impl Action {
             ["stop-rabbitmq", pid, epmd_port] => Action::StopRabbitmq {
                 pid: pid.parse().context("bad pid")?,
                 epmd_port: epmd_port.parse().context("bad epmd port")?,
+            },
+            ["stop-moto", pid] => Action::StopMoto {
+                pid: pid.parse().context("bad pid")?,
             },
             ["remove-dir", path] => Action::RemoveDir { path: path.into() },
             _ => bail!("unknown cleanup step {:?}", fields.first().unwrap_or(&"")),

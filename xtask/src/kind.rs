@@ -5,7 +5,7 @@ use std::net::{Ipv4Addr, SocketAddr};
 use anyhow::{Context, Result};
 
 use crate::url::DbUrl;
-use crate::{mariadb, postgres, rabbitmq, redis};
+use crate::{mariadb, postgres, rabbitmq, redis, sqs};
 
 /// A database server kind.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -22,16 +22,20 @@ pub enum Kind {
     /// RabbitMQ (for onestep-rabbitmq's tests); no database is made per run: tests use queues
     /// of their own.
     Rabbitmq,
+    /// The SQS and SNS emulator moto (for onestep-sqs's tests); tests use queues and topics
+    /// of their own.
+    Sqs,
 }
 
 impl Kind {
     /// Every kind, in the order they are set up and reported.
-    pub const ALL: [Kind; 5] = [
+    pub const ALL: [Kind; 6] = [
         Kind::Postgres,
         Kind::Mariadb,
         Kind::MariadbBinlog,
         Kind::Redis,
         Kind::Rabbitmq,
+        Kind::Sqs,
     ];
 
     /// The plain database servers (benchmarks and the chaos suite need no binary log).
@@ -45,6 +49,7 @@ impl Kind {
             Kind::MariadbBinlog => "mysql-binlog",
             Kind::Redis => "redis",
             Kind::Rabbitmq => "rabbitmq",
+            Kind::Sqs => "sqs",
         }
     }
 
@@ -64,6 +69,7 @@ impl Kind {
             Kind::MariadbBinlog => "MariaDB (row-format binary log)",
             Kind::Redis => "Redis",
             Kind::Rabbitmq => "RabbitMQ",
+            Kind::Sqs => "SQS (moto)",
         }
     }
 
@@ -75,6 +81,7 @@ impl Kind {
             Kind::MariadbBinlog => "ONESTEP_MYSQL_BINLOG_URL",
             Kind::Redis => "ONESTEP_REDIS_URL",
             Kind::Rabbitmq => "ONESTEP_RABBITMQ_URL",
+            Kind::Sqs => "ONESTEP_SQS_URL",
         }
     }
 
@@ -85,6 +92,7 @@ impl Kind {
             Kind::Mariadb | Kind::MariadbBinlog => &["mysql", "mariadb"],
             Kind::Redis => &["redis", "rediss"],
             Kind::Rabbitmq => &["amqp", "amqps"],
+            Kind::Sqs => &["http", "https"],
         }
     }
 
@@ -95,6 +103,7 @@ impl Kind {
             Kind::Mariadb | Kind::MariadbBinlog => 3306,
             Kind::Redis => 6379,
             Kind::Rabbitmq => 5672,
+            Kind::Sqs => 5000,
         };
         SocketAddr::from((Ipv4Addr::LOCALHOST, port))
     }
@@ -106,6 +115,7 @@ impl Kind {
             Kind::Mariadb | Kind::MariadbBinlog => mariadb::local_admin_urls(),
             Kind::Redis => redis::local_admin_urls(),
             Kind::Rabbitmq => rabbitmq::local_admin_urls(),
+            Kind::Sqs => sqs::local_admin_urls(),
         }
     }
 
@@ -116,6 +126,7 @@ impl Kind {
             Kind::Mariadb | Kind::MariadbBinlog => "mariadb",
             Kind::Redis => "redis-cli",
             Kind::Rabbitmq => "an AMQP handshake (no client program)",
+            Kind::Sqs => "an HTTP request (no client program)",
         }
     }
 
@@ -125,7 +136,7 @@ impl Kind {
             Kind::Postgres => postgres::client().is_some(),
             Kind::Mariadb | Kind::MariadbBinlog => mariadb::client().is_some(),
             Kind::Redis => redis::client().is_some(),
-            Kind::Rabbitmq => true,
+            Kind::Rabbitmq | Kind::Sqs => true,
         }
     }
 
@@ -135,7 +146,7 @@ impl Kind {
             Kind::Postgres => &["postgresql-client"],
             Kind::Mariadb | Kind::MariadbBinlog => &["mariadb-client"],
             Kind::Redis => &["redis-tools"],
-            Kind::Rabbitmq => &[],
+            Kind::Rabbitmq | Kind::Sqs => &[],
         }
     }
 
@@ -147,6 +158,8 @@ impl Kind {
                 Kind::Mariadb | Kind::MariadbBinlog => mariadb::server_installed(),
                 Kind::Redis => redis::server_installed(),
                 Kind::Rabbitmq => rabbitmq::server().is_some(),
+                // moto itself comes from PyPI when the emulator starts.
+                Kind::Sqs => sqs::python().is_some(),
             }
     }
 
@@ -157,6 +170,7 @@ impl Kind {
             Kind::Mariadb | Kind::MariadbBinlog => &["mariadb-server", "mariadb-client"],
             Kind::Redis => &["redis-server", "redis-tools"],
             Kind::Rabbitmq => &["rabbitmq-server"],
+            Kind::Sqs => &["python3", "python3-venv"],
         }
     }
 
@@ -167,6 +181,7 @@ impl Kind {
             Kind::Mariadb | Kind::MariadbBinlog => mariadb::SYSTEM_USER,
             Kind::Redis => redis::SYSTEM_USER,
             Kind::Rabbitmq => rabbitmq::SYSTEM_USER,
+            Kind::Sqs => sqs::SYSTEM_USER,
         }
     }
 
@@ -179,6 +194,7 @@ impl Kind {
             Kind::Mariadb => mariadb::query(admin, probe).map(drop),
             Kind::Redis => redis::ping(admin),
             Kind::Rabbitmq => rabbitmq::ping(admin),
+            Kind::Sqs => sqs::ping(admin),
             Kind::MariadbBinlog => {
                 let found = mariadb::query(admin, "SELECT @@log_bin, @@binlog_format;")?;
                 let found = found.split_whitespace().collect::<Vec<_>>().join(" ");
@@ -194,7 +210,7 @@ impl Kind {
 
     /// Whether each run gets a fresh database of its own on this kind's server.
     pub fn has_databases(self) -> bool {
-        !matches!(self, Kind::Redis | Kind::Rabbitmq)
+        !matches!(self, Kind::Redis | Kind::Rabbitmq | Kind::Sqs)
     }
 
     /// Creates database `name` over `admin`.
@@ -202,7 +218,7 @@ impl Kind {
         match self {
             Kind::Postgres => postgres::create_database(admin, name, owner),
             Kind::Mariadb | Kind::MariadbBinlog => mariadb::create_database(admin, name),
-            Kind::Redis | Kind::Rabbitmq => Ok(()),
+            Kind::Redis | Kind::Rabbitmq | Kind::Sqs => Ok(()),
         }
     }
 
@@ -212,7 +228,7 @@ impl Kind {
         match self {
             Kind::Postgres => postgres::drop_database(&admin, name),
             Kind::Mariadb | Kind::MariadbBinlog => mariadb::drop_database(&admin, name),
-            Kind::Redis | Kind::Rabbitmq => Ok(()),
+            Kind::Redis | Kind::Rabbitmq | Kind::Sqs => Ok(()),
         }
     }
 }

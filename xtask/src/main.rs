@@ -28,6 +28,7 @@ mod redis;
 mod release;
 mod scratch;
 mod servers;
+mod sqs;
 mod sys;
 mod throwaway;
 mod url;

@@ -334,5 +334,6 @@ fn start_throwaway(kind: Kind, dir: &Path, root: bool, cleanup: &Cleanup) -> Res
         Kind::MariadbBinlog => throwaway::mariadb::start_throwaway(dir, root, cleanup, true),
         Kind::Redis => throwaway::redis::start_throwaway(dir, root, cleanup),
         Kind::Rabbitmq => throwaway::rabbitmq::start_throwaway(dir, root, cleanup),
+        Kind::Sqs => throwaway::sqs::start_throwaway(dir, root, cleanup),
     }
 }

@@ -5,3 +5,4 @@ pub mod mariadb;
 pub mod postgres;
 pub mod rabbitmq;
 pub mod redis;
+pub mod sqs;

@@ -22,6 +22,7 @@ impl Registry {
         onestep_http::catalog::register(registry.catalog_mut());
         onestep_redis::catalog::register(registry.catalog_mut());
         onestep_rabbitmq::catalog::register(registry.catalog_mut());
+        onestep_sqs::catalog::register(registry.catalog_mut());
         register(&mut registry);
         registry
     }

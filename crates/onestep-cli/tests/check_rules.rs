@@ -524,8 +524,8 @@ fn webhook_resources_are_checked_field_by_field() {
     expect(&with("    path: hooks\n"), "resources.hook.path", "");
 }
 
-/// The stock binary composes the catalogs of core, onestep-sql, onestep-http, onestep-redis and
-/// onestep-rabbitmq, and each
+/// The stock binary composes the catalogs of core, onestep-sql, onestep-http, onestep-redis,
+/// onestep-rabbitmq and onestep-sqs, and each
 /// type's documented fields are exactly the ones it reads.
 #[test]
 fn the_stock_catalog_has_every_crate_s_types_documented_as_read() {
@@ -555,6 +555,8 @@ fn the_stock_catalog_has_every_crate_s_types_documented_as_read() {
             "rabbitmq_queue",
             "redis",
             "redis_stream",
+            "sns",
+            "sns_topic",
             "sqlite",
             "sqlite_cursor_store",
             "sqlite_execution_source",
@@ -562,6 +564,8 @@ fn the_stock_catalog_has_every_crate_s_types_documented_as_read() {
             "sqlite_state_store",
             "sqlite_table_queue",
             "sqlite_table_sink",
+            "sqs",
+            "sqs_queue",
             "webhook"
         ]
     );
@@ -928,5 +932,86 @@ fn table_sinks_are_checked_field_by_field() {
         )),
         "resources.rows.update_expr",
         "only applies to upsert or update mode",
+    );
+}
+
+/// The SQS and SNS types' fields are checked with the field at fault, as the reference names
+/// them.
+#[test]
+fn sqs_fields_name_the_field_at_fault() {
+    let with = |connector: &str, queue: &str| {
+        format!(
+            "apiVersion: onestep/v1alpha1\nkind: App\napp:\n  name: q\nresources:\n  \
+             aws:\n    type: sqs\n{connector}  jobs:\n    type: sqs_queue\n    \
+             connector: aws\n{queue}  topic:\n    type: sns\n  events:\n    type: sns_topic\n    \
+             connector: topic\n    arn: arn:aws:sns:eu-west-1:123456789012:events\n    \
+             message_attributes: {{tenant: {{DataType: String, StringValue: acme}}}}\n\
+             tasks:\n  - {{name: work, source: jobs, handler: onestep:echo, emit: [events]}}\n"
+        )
+    };
+    let url = "    url: https://sqs.eu-west-1.amazonaws.com/123456789012/jobs\n";
+    let region = "    region_name: eu-west-1\n";
+    assert_eq!(
+        problems(&with(
+            &format!(
+                "{region}    options: {{endpoint_url: http://127.0.0.1:5000, aws_access_key_id: a, aws_secret_access_key: b}}\n"
+            ),
+            &format!(
+                "{url}    wait_time_s: 10\n    visibility_timeout: 60\n    batch_size: 5\n    \
+             on_fail: release\n    delete_batch_size: 10\n    delete_flush_interval_s: 0.2\n    \
+             heartbeat_interval_s: 20\n"
+            )
+        )),
+        Vec::new()
+    );
+    expect(&with(region, ""), "resources.jobs.url", "");
+    expect(
+        &with(&format!("{region}    options: {{verify: false}}\n"), url),
+        "resources.aws.options.verify",
+        "verified",
+    );
+    expect(
+        &with(
+            &format!("{region}    options: {{aws_access_key_id: a}}\n"),
+            url,
+        ),
+        "resources.aws.options.aws_secret_access_key",
+        "required",
+    );
+    expect(
+        &with(region, &format!("{url}    batch_size: 11\n")),
+        "resources.jobs.batch_size",
+        "between 1 and 10",
+    );
+    expect(
+        &with(region, &format!("{url}    wait_time_s: 21\n")),
+        "resources.jobs.wait_time_s",
+        "0..=20",
+    );
+    expect(
+        &with(region, &format!("{url}    on_fail: retry\n")),
+        "resources.jobs.on_fail",
+        "leave, release, delete",
+    );
+    expect(
+        &with(
+            region,
+            &format!("{url}    deduplication_id_factory: app.ids:dedup\n"),
+        ),
+        "resources.jobs.deduplication_id_factory",
+        "onestep_sqs:envelope_digest",
+    );
+    expect(
+        &with(
+            region,
+            &format!("{url}    visibility_timeout: 10\n    heartbeat_interval_s: 10\n"),
+        ),
+        "resources.jobs.heartbeat_interval_s",
+        "shorter",
+    );
+    expect(
+        &with(region, &format!("{url}    stream: x\n")),
+        "resources.jobs.stream",
+        "unsupported field",
     );
 }

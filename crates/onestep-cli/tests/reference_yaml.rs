@@ -1,5 +1,5 @@
 //! YAML files of the reference's SQL and broker resource types pass both `check --strict`s: this port's
-//! (`examples/sqlite-sources.yaml`, `examples/mysql-binlog.yaml` and `examples/rabbitmq-worker.yaml`
+//! (`examples/sqlite-sources.yaml`, `examples/mysql-binlog.yaml`, `examples/rabbitmq-worker.yaml` and `examples/sqs-worker.yaml`
 //! as shipped) and the Python
 //! reference's (the same file with its `onestep:echo` handlers swapped for Python refs), so a
 //! file moves between them unchanged apart from handler refs.
@@ -24,6 +24,11 @@ fn the_binlog_example_passes_both_strict_checks() {
 #[test]
 fn the_rabbitmq_example_passes_both_strict_checks() {
     both_accept("examples/rabbitmq-worker.yaml", 1);
+}
+
+#[test]
+fn the_sqs_example_passes_both_strict_checks() {
+    both_accept("examples/sqs-worker.yaml", 1);
 }
 
 /// Both checks accept `file`, whose `min_handlers` or more handlers are `onestep:echo` lines.

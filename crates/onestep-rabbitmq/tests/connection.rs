@@ -5,14 +5,12 @@
 //! all are acked the queue is empty.
 
 use std::collections::BTreeSet;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use onestep_core::{Envelope, Error, Resource, Sink, Source};
 use onestep_rabbitmq::{RabbitMqConnector, RabbitMqQueue, RabbitMqQueueOptions};
+use onestep_testkit::proxy::Proxy;
 use serde_json::{Map, json};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::task::JoinHandle;
 
 fn url() -> String {
     std::env::var("ONESTEP_RABBITMQ_URL")
@@ -31,48 +29,6 @@ fn broker_addr(url: &str) -> String {
     }
 }
 
-/// A TCP proxy to the broker whose connections can all be dropped at once.
-struct Proxy {
-    port: u16,
-    links: Arc<Mutex<Vec<JoinHandle<()>>>>,
-    accepted: Arc<std::sync::atomic::AtomicUsize>,
-}
-
-impl Proxy {
-    async fn start(target: String) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let links: Arc<Mutex<Vec<JoinHandle<()>>>> = Arc::default();
-        let kept = links.clone();
-        let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let counted = accepted.clone();
-        tokio::spawn(async move {
-            while let Ok((mut client, _)) = listener.accept().await {
-                counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                let target = target.clone();
-                let link = tokio::spawn(async move {
-                    if let Ok(mut server) = TcpStream::connect(&target).await {
-                        let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
-                    }
-                });
-                kept.lock().unwrap().push(link);
-            }
-        });
-        Self {
-            port,
-            links,
-            accepted,
-        }
-    }
-
-    /// Drops every open connection (both sockets close).
-    fn cut(&self) {
-        for link in self.links.lock().unwrap().drain(..) {
-            link.abort();
-        }
-    }
-}
-
 /// `future`, which must finish within 20 s (a hang after a cut is a bug).
 async fn within<T>(what: &str, future: impl std::future::Future<Output = T>) -> T {
     tokio::time::timeout(Duration::from_secs(20), future)
@@ -86,7 +42,7 @@ async fn cut_connections_lose_nothing() {
     let proxy = Proxy::start(broker_addr(&direct)).await;
     let proxied = direct.replacen(
         &broker_addr(&direct),
-        &format!("127.0.0.1:{}", proxy.port),
+        &format!("127.0.0.1:{}", proxy.port()),
         1,
     );
     let name = format!("onestep-test.cut.{}", uuid::Uuid::new_v4().simple());
@@ -144,7 +100,7 @@ async fn cut_connections_lose_nothing() {
             Err(other) => panic!("fetch: {other}"),
         }
     }
-    let connections = proxy.accepted.load(std::sync::atomic::Ordering::SeqCst);
+    let connections = proxy.accepted();
     eprintln!(
         "cut twice: {N} messages, {deliveries} deliveries, {errors} retryable errors, \
          {connections} connections"

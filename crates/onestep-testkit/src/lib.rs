@@ -2,7 +2,7 @@
 //!
 //! [`connector`] is the delivery contract every source keeps (ack, retry, hand-back, no message
 //! shared by two consumers), over a [`connector::SourceFactory`], run with
-//! [`connector_conformance!`].
+//! [`connector_conformance!`]. [`proxy::Proxy`] cuts a client's connections for fault tests.
 //!
 //! [`conformance`] pins every rule of the tracked-execution contract as a generic async function
 //! over a [`BackendFactory`]; [`execution_conformance!`] turns them into one `#[tokio::test]` per
@@ -16,6 +16,7 @@
 pub mod conformance;
 pub mod connector;
 mod factory;
+pub mod proxy;
 pub mod reference;
 
 pub use factory::{BackendFactory, MemoryFactory, Setup};

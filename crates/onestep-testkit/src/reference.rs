@@ -22,24 +22,28 @@ use serde_json::{Value, json};
 /// loader (its `onestep check` reads the YAML tests hand it), its SQL backends with both drivers
 /// (and SQLite's, a base requirement), the replication client its binlog source needs, its
 /// Redis plugin, and hypothesis for the property tests.
-pub const REQUIREMENTS: [&str; 6] = [
+pub const REQUIREMENTS: [&str; 8] = [
     "onestep[yaml]==1.15.0",
     "onestep-sql[postgres,mysql]==0.7.1",
     "mysql-replication==1.0.17",
     "onestep-redis==0.2.2",
     "onestep-mq==0.2.3",
+    "onestep-sqs==0.2.4",
+    "boto3==1.44.8",
     "hypothesis==6.170.17",
 ];
 
 /// Succeeds only in a virtualenv that holds [`REQUIREMENTS`].
-const READY_CHECK: &str = "import onestep_sql.postgres, onestep_sql.mysql, onestep_sql.sqlite, psycopg, asyncmy, aiosqlite, hypothesis, yaml, pymysqlreplication, onestep_redis, onestep_rabbitmq\n\
+const READY_CHECK: &str = "import onestep_sql.postgres, onestep_sql.mysql, onestep_sql.sqlite, psycopg, asyncmy, aiosqlite, hypothesis, yaml, pymysqlreplication, onestep_redis, onestep_rabbitmq, onestep_sqs, boto3\n\
 from importlib.metadata import version\n\
 assert version('onestep') == '1.15.0', version('onestep')\n\
 assert version('onestep-sql') == '0.7.1', version('onestep-sql')\n\
 assert version('hypothesis') == '6.170.17', version('hypothesis')\n\
 assert version('mysql-replication') == '1.0.17', version('mysql-replication')\n\
 assert version('onestep-redis') == '0.2.2', version('onestep-redis')\n\
-assert version('onestep-mq') == '0.2.3', version('onestep-mq')\n";
+assert version('onestep-mq') == '0.2.3', version('onestep-mq')\n\
+assert version('onestep-sqs') == '0.2.4', version('onestep-sqs')\n\
+assert version('boto3') == '1.44.8', version('boto3')\n";
 
 /// The workspace root (this crate lives in `crates/onestep-testkit`).
 pub fn workspace() -> PathBuf {

@@ -12,7 +12,7 @@
 //!   body alone, so this is how the task's `max_attempts` ends the retries (the reference's
 //!   count never moves; see `docs/sqs.md`).
 //! - **ack** stages a delete, sent with others in one `DeleteMessageBatch`
-//!   ([`crate::deletes`]).
+//!   (as the reference does; see `docs/sqs.md`).
 //! - **retry** sets the message's visibility timeout to the delay (whole seconds, at most 12
 //!   hours), so it comes again then.
 //! - **fail** follows `on_fail`: `leave` does nothing (the message comes again after its

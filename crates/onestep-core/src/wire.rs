@@ -8,10 +8,12 @@
 //! an object is empty and an `attempts` that is not an integer is 0.
 
 use crate::envelope::Envelope;
-use crate::execution::canonical::python_dumps;
+use crate::execution::canonical::python_dumps_ascii;
 use serde_json::{Map, Value};
 
-/// `envelope` as the reference encodes it (`json.dumps` of `{"body", "meta", "attempts"}`).
+/// `envelope` as the reference encodes it (`json.dumps` of `{"body", "meta", "attempts"}` with
+/// its defaults: non-ASCII characters escaped), byte for byte, so a digest or a size computed
+/// over the message is the same whichever side sent it.
 ///
 /// ```
 /// use onestep_core::{Envelope, wire};
@@ -24,7 +26,7 @@ pub fn encode_envelope(envelope: &Envelope) -> String {
     map.insert("body".into(), envelope.body.clone());
     map.insert("meta".into(), Value::Object(envelope.meta.clone()));
     map.insert("attempts".into(), Value::from(envelope.attempts));
-    python_dumps(&Value::Object(map))
+    python_dumps_ascii(&Value::Object(map))
 }
 
 /// The envelope in `raw`, read as the reference reads it.
@@ -68,7 +70,7 @@ mod tests {
         let text = encode_envelope(&envelope);
         assert_eq!(
             text,
-            r#"{"body": {"id": 7, "name": "é"}, "meta": {"trace": "t-1"}, "attempts": 2}"#
+            r#"{"body": {"id": 7, "name": "\u00e9"}, "meta": {"trace": "t-1"}, "attempts": 2}"#
         );
         let back = decode_envelope(text.as_bytes());
         assert_eq!(back.body, envelope.body);

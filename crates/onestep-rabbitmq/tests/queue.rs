@@ -138,7 +138,7 @@ async fn messages_carry_the_reference_envelope() {
         .expect("one message");
     assert_eq!(
         String::from_utf8(got.delivery.data.clone()).unwrap(),
-        r#"{"body": {"id": 1, "text": "é"}, "meta": {"trace": "t-1"}, "attempts": 2}"#
+        r#"{"body": {"id": 1, "text": "\u00e9"}, "meta": {"trace": "t-1"}, "attempts": 2}"#
     );
     assert_eq!(
         got.delivery

@@ -105,7 +105,7 @@ async fn entries_carry_the_reference_envelope() {
         entries[0].1,
         [(
             "body".to_string(),
-            r#"{"body": {"id": 1, "text": "é"}, "meta": {"trace": "t-1"}, "attempts": 2}"#
+            r#"{"body": {"id": 1, "text": "\u00e9"}, "meta": {"trace": "t-1"}, "attempts": 2}"#
                 .to_string()
         )]
     );

@@ -81,6 +81,11 @@ const DUMPS: Style = Style {
     keep_overflow: true,
 };
 
+const DUMPS_ASCII: Style = Style {
+    ascii: true,
+    ..DUMPS
+};
+
 /// Returns the canonical JSON text of `value` (Python `json.dumps` with
 /// `sort_keys=True, separators=(",", ":"), ensure_ascii=True`).
 pub fn canonical_json(value: &Value) -> String {
@@ -104,6 +109,21 @@ pub fn canonical_json(value: &Value) -> String {
 pub fn python_dumps(value: &Value) -> String {
     let mut out = String::with_capacity(64);
     write_value(&mut out, value, DUMPS);
+    out
+}
+
+/// Returns `value` as Python's `json.dumps(value)` writes it with its defaults: as
+/// [`python_dumps`], but every character outside printable ASCII escaped (`ensure_ascii=True`).
+/// The reference's envelope codec and HTTP sink send these bytes.
+///
+/// ```
+/// use onestep_core::execution::canonical::python_dumps_ascii;
+/// let value: serde_json::Value = serde_json::from_str(r#"{"a":"é✓"}"#).unwrap();
+/// assert_eq!(python_dumps_ascii(&value), r#"{"a": "\u00e9\u2713"}"#);
+/// ```
+pub fn python_dumps_ascii(value: &Value) -> String {
+    let mut out = String::with_capacity(64);
+    write_value(&mut out, value, DUMPS_ASCII);
     out
 }
 

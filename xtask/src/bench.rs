@@ -113,6 +113,8 @@ pub fn run(server_options: Options, options: &BenchOptions) -> Result<()> {
             "onestep-redis",
             "-p",
             "onestep-rabbitmq",
+            "-p",
+            "onestep-sqs",
             "--example",
             "burndown",
             "--example",
@@ -123,6 +125,8 @@ pub fn run(server_options: Options, options: &BenchOptions) -> Result<()> {
             "stream_drain",
             "--example",
             "queue_drain",
+            "--example",
+            "sqs_drain",
             "--bin",
             "onestep",
         ],
@@ -279,6 +283,7 @@ fn run_all(
         remove_sqlite(&sqlite_file)?;
         let redis_url = servers.url(Kind::Redis)?;
         let rabbitmq_url = servers.url(Kind::Rabbitmq)?;
+        let sqs_url = servers.url(Kind::Sqs)?;
         let servers = [
             ("postgres", postgres.clone()),
             ("mariadb", mariadb.clone()),
@@ -303,6 +308,13 @@ fn run_all(
             (&queue_drain, "py_rabbitmq_bench.py"),
             &rabbitmq_url,
             ("rabbitmq_queue", "rabbitmq"),
+        )?);
+        let sqs_drain = crate::target_dir().join("release/examples/sqs_drain");
+        lines.extend(sources::run_broker(
+            root,
+            (&sqs_drain, "py_sqs_bench.py"),
+            &sqs_url,
+            ("sqs_queue", "sqs"),
         )?);
         remove_sqlite(&sqlite_file)?;
     }

@@ -1,5 +1,5 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code
-//! A worker process (`examples/queue_worker.rs`: ten per receive, 3 s visibility, acks deleted
+//! A worker process (`examples/sqs_worker.rs`: ten per receive, 3 s visibility, acks deleted
 //! in groups of ten or every 0.5 s) is SIGKILLed a third of the way through 300 messages; what
 //! it held becomes visible again, and a second worker finishes. The handler's effect file shows
 //! that no message was lost and that only what the killed worker held (received, or acked but
@@ -23,13 +23,13 @@ const HELD: usize = 40;
 
 fn worker_binary() -> PathBuf {
     let status = Command::new(env!("CARGO"))
-        .args(["build", "-p", "onestep-sqs", "--example", "queue_worker"])
+        .args(["build", "-p", "onestep-sqs", "--example", "sqs_worker"])
         .status()
         .expect("cargo runs");
-    assert!(status.success(), "building the queue_worker example failed");
+    assert!(status.success(), "building the sqs_worker example failed");
     let exe = std::env::current_exe().unwrap();
     let profile = exe.parent().and_then(|deps| deps.parent()).unwrap();
-    profile.join("examples/queue_worker")
+    profile.join("examples/sqs_worker")
 }
 
 fn start(binary: &Path, queue_url: &str, effects: &Path) -> Child {

@@ -5,7 +5,7 @@
 //! emulator's test credentials.
 //!
 //! ```text
-//! queue_worker --endpoint http://127.0.0.1:5000 --queue-url URL --effects FILE
+//! sqs_worker --endpoint http://127.0.0.1:5000 --queue-url URL --effects FILE
 //! ```
 //!
 //! Prints `ready` once the worker runs.
@@ -99,12 +99,12 @@ async fn main() {
     let a = match args() {
         Ok(a) => a,
         Err(e) => {
-            eprintln!("queue_worker: {e}");
+            eprintln!("sqs_worker: {e}");
             std::process::exit(2);
         }
     };
     if let Err(e) = run(a).await {
-        eprintln!("queue_worker: {e}");
+        eprintln!("sqs_worker: {e}");
         std::process::exit(1);
     }
 }

@@ -534,6 +534,8 @@ fn the_stock_catalog_has_every_crate_s_types_documented_as_read() {
         registry.catalog().names(),
         [
             "cron",
+            "http_fetcher",
+            "http_sink",
             "interval",
             "memory",
             "mysql",
@@ -1012,6 +1014,71 @@ fn sqs_fields_name_the_field_at_fault() {
     expect(
         &with(region, &format!("{url}    stream: x\n")),
         "resources.jobs.stream",
+        "unsupported field",
+    );
+}
+
+/// The HTTP types' fields are checked with the field at fault, as the reference names them.
+#[test]
+fn http_sink_and_fetcher_fields_name_the_field_at_fault() {
+    let with = |sink: &str, fetcher: &str| {
+        format!(
+            "apiVersion: onestep/v1alpha1\nkind: App\napp:\n  name: q\nresources:\n  \
+             jobs:\n    type: memory\n    maxsize: 10\n  out:\n    type: http_sink\n{sink}  \
+             api:\n    type: http_fetcher\n{fetcher}tasks:\n  - {{name: work, source: jobs, \
+             handler: onestep:echo, emit: [out]}}\n"
+        )
+    };
+    let sink = "    url: https://hooks.example.com/{{ body.id }}\n";
+    let fetcher = "    url: https://api.example.com/items\n";
+    assert_eq!(
+        problems(&with(
+            &format!(
+                "{sink}    method: put\n    headers: {{Authorization: Bearer x, X-Id: \"{{{{ body.id }}}}\"}}\n    \
+             params: {{a: 1}}\n    body: {{id: \"{{{{ body.id }}}}\", list: [1, 2]}}\n    timeout_s: 2.5\n    \
+             success_statuses: [200, 409]\n"
+            ),
+            &format!("{fetcher}    params: {{page: 1}}\n")
+        )),
+        Vec::new()
+    );
+    expect(&with("", fetcher), "resources.out.url", "");
+    expect(
+        &with("    url: ftp://x/y\n", fetcher),
+        "resources.out.url",
+        "http or https",
+    );
+    expect(
+        &with(&format!("{sink}    timeout_s: 0\n"), fetcher),
+        "resources.out.timeout_s",
+        "",
+    );
+    expect(
+        &with(
+            &format!("{sink}    success_statuses: [200, 700]\n"),
+            fetcher,
+        ),
+        "resources.out.success_statuses[1]",
+        "HTTP status",
+    );
+    expect(
+        &with(&format!("{sink}    success_statuses: []\n"), fetcher),
+        "resources.out.success_statuses",
+        "must not be empty",
+    );
+    expect(
+        &with(&format!("{sink}    headers: [1]\n"), fetcher),
+        "resources.out.headers",
+        "mapping",
+    );
+    expect(
+        &with(sink, &format!("{fetcher}    rows: app.rows:extract\n")),
+        "resources.api.rows",
+        "Python",
+    );
+    expect(
+        &with(&format!("{sink}    retries: 3\n"), fetcher),
+        "resources.out.retries",
         "unsupported field",
     );
 }

@@ -18,7 +18,8 @@
 //! JSON, 422 failed / invalid / unencodable, 503 store unavailable.
 //!
 //! [`webhook::WebhookSource`] is a task source fed by HTTP requests (its own small server per
-//! host and port, shared by several paths).
+//! host and port, shared by several paths). [`outbound::HttpSink`] sends envelopes to an HTTP
+//! endpoint and [`outbound::HttpFetcher`] is one a handler calls.
 //!
 //! ```no_run
 //! use onestep_core::execution::{ExecutionClient, MemoryExecutionBackend};
@@ -49,6 +50,7 @@ pub mod catalog;
 pub mod client;
 mod error;
 mod openapi;
+pub mod outbound;
 pub mod server;
 mod view;
 pub mod webhook;

@@ -36,12 +36,14 @@ use crate::servers::{Options, Servers};
 use crate::sys;
 
 mod binlog;
+mod broker;
 
 /// The faults, by the names `--only` takes.
-const FAULTS: [&str; 7] = [
+const FAULTS: [&str; 8] = [
     "kill",
     "restart",
     "binlog-restart",
+    "broker-restart",
     "contention",
     "kill-storm",
     "cancel-storm",
@@ -51,8 +53,8 @@ const FAULTS: [&str; 7] = [
 /// Sizes of one chaos run.
 #[derive(Debug, Clone)]
 pub struct ChaosOptions {
-    /// Run only this fault (`kill`, `restart`, `binlog-restart`, `contention`, `kill-storm`, `cancel-storm`,
-    /// `skew`).
+    /// Run only this fault (`kill`, `restart`, `binlog-restart`, `broker-restart`, `contention`,
+    /// `kill-storm`, `cancel-storm`, `skew`).
     pub only: Option<String>,
     /// Executions of the kill, kill-storm and cancel-storm faults.
     pub n: usize,
@@ -193,6 +195,11 @@ fn run_all(
     if wanted("binlog-restart") {
         let worker = binlog::build()?;
         reports.push(binlog::restart(&worker, dir, o.n)?);
+    }
+    if wanted("broker-restart") {
+        let workers = broker::build()?;
+        reports.push(broker::redis(&workers, dir, o.n)?);
+        reports.push(broker::rabbitmq(&workers, dir, o.n)?);
     }
     Ok(reports)
 }

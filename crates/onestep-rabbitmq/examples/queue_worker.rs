@@ -3,8 +3,11 @@
 //! it is killed.
 //!
 //! ```text
-//! queue_worker --url amqp://guest:guest@127.0.0.1:5672/%2f --queue Q --effects FILE
+//! queue_worker --url amqp://guest:guest@127.0.0.1:5672/%2f --queue Q --effects FILE [--publish N]
 //! ```
+//!
+//! With `--publish N` it first publishes N messages `{"id": 1..=N}` (persistent, confirmed),
+//! as the chaos suite's broker restart needs.
 //!
 //! Prints `ready` once the worker runs.
 
@@ -21,6 +24,7 @@ struct Args {
     url: String,
     queue: String,
     effects: String,
+    publish: i64,
 }
 
 fn args() -> Result<Args, String> {
@@ -28,6 +32,7 @@ fn args() -> Result<Args, String> {
         url: String::new(),
         queue: String::new(),
         effects: String::new(),
+        publish: 0,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -36,6 +41,12 @@ fn args() -> Result<Args, String> {
             "--url" => a.url = value()?,
             "--queue" => a.queue = value()?,
             "--effects" => a.effects = value()?,
+            "--publish" => {
+                let n = value()?;
+                a.publish = n
+                    .parse()
+                    .map_err(|_| format!("--publish: expected a count, got {n:?}"))?;
+            }
             other => return Err(format!("unknown argument {other:?}")),
         }
     }
@@ -56,6 +67,9 @@ async fn run(a: Args) -> Result<(), BoxError> {
             .with_batch_size(20)
             .with_poll_interval(Duration::from_millis(50)),
     )?;
+    for id in 1..=a.publish {
+        onestep_core::Sink::publish(&queue, json!({ "id": id }), Map::new()).await?;
+    }
     let effects = std::fs::OpenOptions::new()
         .create(true)
         .append(true)

@@ -10,7 +10,7 @@
 
 use std::time::Duration;
 
-use onestep_core::{OneStepApp, Task, TaskContext, TaskError};
+use onestep_core::{MaxAttempts, OneStepApp, Task, TaskContext, TaskError};
 use onestep_redis::{RedisConnector, RedisStream, RedisStreamOptions};
 use serde_json::Value;
 
@@ -91,6 +91,9 @@ async fn run(a: Args) -> Result<(), BoxError> {
             Task::new("entries")
                 .source(stream)
                 .concurrency(8)
+                // The effect is a write to Redis: while the server restarts (the chaos suite's
+                // broker restart) it fails, and the entry must be retried, not failed for good.
+                .retry(MaxAttempts::new(100)?.with_delay(Duration::from_millis(200)))
                 .handler(handler),
         )
         .build()?;

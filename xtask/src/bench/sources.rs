@@ -10,7 +10,7 @@ use anyhow::Result;
 use serde_json::Value;
 
 /// Rows per source drain.
-const N: usize = 5000;
+pub const N: usize = 5000;
 
 /// The table queue and incremental drains of both systems on every server (the binlog drain on
 /// `mariadb-binlog`, a server writing a row-format log); each result one JSON object with
@@ -50,7 +50,7 @@ pub fn run(root: &Path, binary: &Path, servers: &[(&str, String)]) -> Result<Vec
     Ok(lines)
 }
 
-/// A broker drain: ours (`binary --url URL --n N`) beside the reference's plugin
+/// A broker drain of `n` messages: ours (`binary --url URL --n N`) beside the reference's plugin
 /// (`bench/peers/<script> URL N`), each one JSON object like [`run`]'s, labelled `workload` on
 /// `server` (`redis_stream` on `redis`, `rabbitmq_queue` on `rabbitmq`).
 pub fn run_broker(
@@ -58,13 +58,14 @@ pub fn run_broker(
     (binary, script): (&Path, &str),
     url: &str,
     (workload, server): (&str, &str),
+    n: usize,
 ) -> Result<Vec<Value>> {
     let python = root.join(".venv-ref/bin/python");
     let script = root.join("bench/peers").join(script);
     let mut ours = Command::new(binary);
-    ours.args(["--url", url, "--n", &N.to_string()]);
+    ours.args(["--url", url, "--n", &n.to_string()]);
     let mut theirs = Command::new(&python);
-    theirs.arg(&script).args([url, &N.to_string()]);
+    theirs.arg(&script).args([url, &n.to_string()]);
     let mut lines = Vec::new();
     for (system, cmd) in [
         ("onestep (Rust)", ours),
@@ -126,8 +127,9 @@ pub fn summary(lines: &[Value]) -> String {
             (Some(a), Some(b)) if b > 0.0 => format!("{:.1}×", a / b),
             _ => "–".to_string(),
         };
+        let n = line.get("n").and_then(Value::as_u64).unwrap_or(N as u64);
         out.push_str(&format!(
-            "| {workload} | {server} | {N} | {} | {} | {ratio} |\n",
+            "| {workload} | {server} | {n} | {} | {} | {ratio} |\n",
             show(ours),
             show(theirs)
         ));

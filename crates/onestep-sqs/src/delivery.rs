@@ -8,7 +8,7 @@ use onestep_core::{ConnectorOperation, Delivery, Envelope, FailureInfo, Result};
 use tokio::task::JoinHandle;
 
 use crate::options::{MAX_VISIBILITY_TIMEOUT, OnFail};
-use crate::queue::Inner;
+use crate::shared::Inner;
 
 /// A received message, settled once.
 pub(crate) struct SqsDelivery {

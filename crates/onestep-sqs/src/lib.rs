@@ -35,10 +35,10 @@
 mod aws;
 pub mod catalog;
 pub mod connector;
-mod deletes;
 mod delivery;
 pub mod options;
 pub mod queue;
+mod shared;
 pub mod sns;
 
 pub use aws::AwsSettings;

@@ -29,40 +29,24 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use aws_sdk_sqs::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_sqs::types::MessageSystemAttributeName;
 use onestep_core::wire::encode_envelope;
 use onestep_core::{
-    ConnectorErrorKind, ConnectorOperation, ConnectorOperationError, Delivery, Envelope, Error,
-    Resource, Result, Sink, Source,
+    ConnectorErrorKind, ConnectorOperation, Delivery, Envelope, Error, Resource, Result, Sink,
+    Source,
 };
 use serde_json::{Map, Value};
-use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
-use crate::aws::connector_error;
 use crate::connector::SqsConnector;
-use crate::deletes::Deletes;
 use crate::delivery::SqsDelivery;
 use crate::options::SqsQueueOptions;
+use crate::shared::Inner;
 
 /// An SQS queue as a source and a sink (see the module docs). Clones share the pending
 /// deletes and the flusher.
 #[derive(Clone)]
 pub struct SqsQueue {
     inner: Arc<Inner>,
-}
-
-/// The queue's state, shared with its deliveries.
-pub(crate) struct Inner {
-    pub(crate) options: SqsQueueOptions,
-    connector: SqsConnector,
-    pub(crate) deletes: Deletes,
-    /// Cancelled on close: stops the flusher.
-    closing: CancellationToken,
-    /// The flusher, heartbeats and hand-backs of dropped deliveries.
-    pub(crate) tasks: TaskTracker,
-    flusher: std::sync::Mutex<bool>,
 }
 
 impl std::fmt::Debug for SqsQueue {
@@ -79,14 +63,7 @@ impl SqsQueue {
     pub fn new(connector: SqsConnector, options: SqsQueueOptions) -> Result<Self> {
         options.validate()?;
         Ok(Self {
-            inner: Arc::new(Inner {
-                options,
-                connector,
-                deletes: Deletes::default(),
-                closing: CancellationToken::new(),
-                tasks: TaskTracker::new(),
-                flusher: std::sync::Mutex::new(false),
-            }),
+            inner: Arc::new(Inner::new(connector, options)),
         })
     }
 
@@ -103,102 +80,6 @@ impl SqsQueue {
     /// How many acks wait to be deleted.
     pub async fn pending_deletes(&self) -> usize {
         self.inner.deletes.len().await
-    }
-}
-
-impl Inner {
-    /// The retry delay of connector errors: the reference's `max(poll_interval_s, wait_time_s)`.
-    fn retry_delay(&self) -> Duration {
-        self.options
-            .poll_interval
-            .max(Duration::from_secs(u64::from(self.options.wait_time_s)))
-            .max(Duration::from_secs(1))
-    }
-
-    pub(crate) async fn client(&self) -> Result<aws_sdk_sqs::Client> {
-        self.connector.client(&self.options.url).await
-    }
-
-    pub(crate) fn error<E, R>(&self, operation: ConnectorOperation, err: &SdkError<E, R>) -> Error
-    where
-        E: ProvideErrorMetadata + std::error::Error + 'static,
-        R: std::fmt::Debug,
-    {
-        connector_error(
-            "sqs",
-            operation,
-            &self.options.url,
-            err,
-            &self.connector.secrets(),
-            self.retry_delay(),
-        )
-    }
-
-    pub(crate) fn error_text(
-        &self,
-        operation: ConnectorOperation,
-        kind: ConnectorErrorKind,
-        text: &str,
-    ) -> Error {
-        let mut error = ConnectorOperationError::new("sqs", operation, kind, &self.options.url)
-            .with_cause(std::io::Error::other(text.to_owned()));
-        error.retry_delay = Some(self.retry_delay());
-        Error::Connector(error)
-    }
-
-    pub(crate) fn invalid(&self, text: &str) -> Error {
-        self.error_text(
-            ConnectorOperation::Send,
-            ConnectorErrorKind::Permanent,
-            text,
-        )
-    }
-
-    /// Sets the visibility timeout of the message `receipt`.
-    pub(crate) async fn change_visibility(
-        &self,
-        receipt: &str,
-        seconds: u32,
-        operation: ConnectorOperation,
-    ) -> Result<()> {
-        let client = self.client().await?;
-        client
-            .change_message_visibility()
-            .queue_url(&self.options.url)
-            .receipt_handle(receipt)
-            .visibility_timeout(i32::try_from(seconds).unwrap_or(i32::MAX))
-            .send()
-            .await
-            .map(drop)
-            .map_err(|e| self.error(operation, &e))
-    }
-
-    /// Starts the flusher once (when deletes are grouped by time).
-    fn start_flusher(self: &Arc<Self>) {
-        if self.options.delete_flush_interval.is_zero() || self.closing.is_cancelled() {
-            return;
-        }
-        let mut started = self.flusher.lock().unwrap_or_else(|p| p.into_inner());
-        if *started {
-            return;
-        }
-        *started = true;
-        let queue = Arc::downgrade(self);
-        let closing = self.closing.clone();
-        let interval = self.options.delete_flush_interval;
-        self.tasks.spawn(async move {
-            loop {
-                tokio::select! {
-                    () = tokio::time::sleep(interval) => {}
-                    () = closing.cancelled() => return,
-                }
-                let Some(queue) = queue.upgrade() else { return };
-                if let Err(err) = queue.deletes.flush(&queue).await {
-                    tracing::warn!(queue = %queue.options.url, error = %err,
-                        "deleting acked SQS messages failed; trying again");
-                }
-            }
-        });
     }
 }
 

@@ -188,6 +188,49 @@ impl AwsSettings {
     }
 }
 
+/// Settings and the SDK client built from them on first use, shared by clones (what the `sqs`
+/// and `sns` connectors hold).
+pub(crate) struct LazyClient<C> {
+    settings: AwsSettings,
+    client: tokio::sync::OnceCell<C>,
+}
+
+impl<C: Clone> LazyClient<C> {
+    /// Checked `settings`, no client yet.
+    pub(crate) fn new(settings: AwsSettings) -> onestep_core::Result<Self> {
+        settings.validate()?;
+        Ok(Self {
+            settings,
+            client: tokio::sync::OnceCell::new(),
+        })
+    }
+
+    /// A client configured elsewhere (default settings, so nothing to scrub).
+    pub(crate) fn with_client(client: C) -> Self {
+        Self {
+            settings: AwsSettings::default(),
+            client: tokio::sync::OnceCell::new_with(Some(client)),
+        }
+    }
+
+    pub(crate) fn settings(&self) -> &AwsSettings {
+        &self.settings
+    }
+
+    /// The client, built with `build` from the loaded configuration on first use.
+    pub(crate) async fn get(
+        &self,
+        backend: &'static str,
+        resource: &str,
+        build: fn(&aws_config::SdkConfig) -> C,
+    ) -> onestep_core::Result<C> {
+        self.client
+            .get_or_try_init(|| async { Ok(build(&self.settings.load(backend, resource).await?)) })
+            .await
+            .cloned()
+    }
+}
+
 /// What kind of failure `err` is, as the reference classifies boto3's errors: no answer is
 /// `Disconnected`; throttling codes are `Throttled`; a timeout or an internal error on AWS's
 /// side is `Transient`; refused credentials, a bad signature or a missing queue are

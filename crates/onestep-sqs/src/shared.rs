@@ -8,6 +8,7 @@
 //! the message becomes visible again and is delivered again.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use aws_sdk_sqs::error::{ProvideErrorMetadata, SdkError};
@@ -32,7 +33,8 @@ pub(crate) struct Inner {
     pub(crate) closing: CancellationToken,
     /// The flusher, heartbeats and hand-backs of dropped deliveries.
     pub(crate) tasks: TaskTracker,
-    flusher: std::sync::Mutex<bool>,
+    /// Whether the flusher was started.
+    flusher: AtomicBool,
 }
 
 impl Inner {
@@ -43,7 +45,7 @@ impl Inner {
             deletes: Deletes::default(),
             closing: CancellationToken::new(),
             tasks: TaskTracker::new(),
-            flusher: std::sync::Mutex::new(false),
+            flusher: AtomicBool::new(false),
         }
     }
 
@@ -118,11 +120,9 @@ impl Inner {
         if self.options.delete_flush_interval.is_zero() || self.closing.is_cancelled() {
             return;
         }
-        let mut started = self.flusher.lock().unwrap_or_else(|p| p.into_inner());
-        if *started {
+        if self.flusher.swap(true, Ordering::AcqRel) {
             return;
         }
-        *started = true;
         let queue = Arc::downgrade(self);
         let closing = self.closing.clone();
         let interval = self.options.delete_flush_interval;

@@ -10,27 +10,21 @@ use aws_sdk_sns::primitives::Blob;
 use aws_sdk_sns::types::MessageAttributeValue;
 use onestep_core::wire::encode_envelope;
 use onestep_core::{ConnectorOperation, Envelope, Error, Resource, Result, Sink};
-use tokio::sync::OnceCell;
 
-use crate::aws::{AwsSettings, connector_error};
+use crate::aws::{AwsSettings, LazyClient, connector_error};
 use crate::options::DeduplicationId;
 
 /// An SNS endpoint and credentials, and the SDK client built from them on first use and shared
 /// by every topic over this connector. Cheap to clone.
 #[derive(Clone)]
 pub struct SnsConnector {
-    inner: Arc<ConnectorInner>,
-}
-
-struct ConnectorInner {
-    settings: AwsSettings,
-    client: OnceCell<aws_sdk_sns::Client>,
+    inner: Arc<LazyClient<aws_sdk_sns::Client>>,
 }
 
 impl std::fmt::Debug for SnsConnector {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SnsConnector")
-            .field("settings", &self.inner.settings)
+            .field("settings", self.inner.settings())
             .finish()
     }
 }
@@ -38,35 +32,23 @@ impl std::fmt::Debug for SnsConnector {
 impl SnsConnector {
     /// A connector with `settings` (checked here); no I/O until first use.
     pub fn new(settings: AwsSettings) -> Result<Self> {
-        settings.validate()?;
         Ok(Self {
-            inner: Arc::new(ConnectorInner {
-                settings,
-                client: OnceCell::new(),
-            }),
+            inner: Arc::new(LazyClient::new(settings)?),
         })
     }
 
     /// A connector over a client configured elsewhere.
     pub fn from_client(client: aws_sdk_sns::Client) -> Self {
         Self {
-            inner: Arc::new(ConnectorInner {
-                settings: AwsSettings::default(),
-                client: OnceCell::new_with(Some(client)),
-            }),
+            inner: Arc::new(LazyClient::with_client(client)),
         }
     }
 
     /// The client, built on first use.
     pub async fn client(&self, resource: &str) -> Result<aws_sdk_sns::Client> {
         self.inner
-            .client
-            .get_or_try_init(|| async {
-                let config = self.inner.settings.load("sns", resource).await?;
-                Ok(aws_sdk_sns::Client::new(&config))
-            })
+            .get("sns", resource, aws_sdk_sns::Client::new)
             .await
-            .cloned()
     }
 }
 
@@ -250,7 +232,7 @@ impl Sink for SnsTopic {
                 ConnectorOperation::Send,
                 &o.arn,
                 &e,
-                &self.connector.inner.settings.secrets(),
+                &self.connector.inner.settings().secrets(),
                 o.retry_delay,
             )
         })

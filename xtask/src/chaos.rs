@@ -204,6 +204,22 @@ fn run_all(
     Ok(reports)
 }
 
+/// Polls `done` every 50 ms until it holds; an error naming `what` after `timeout`.
+fn wait_until(
+    what: &str,
+    timeout: std::time::Duration,
+    mut done: impl FnMut() -> bool,
+) -> Result<()> {
+    let deadline = std::time::Instant::now() + timeout;
+    while !done() {
+        if std::time::Instant::now() > deadline {
+            bail!("timed out after {}s waiting for {what}", timeout.as_secs());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    Ok(())
+}
+
 /// Prints the table and writes the JSON lines.
 fn finish(reports: &[Value]) -> Result<()> {
     let file = crate::write_jsonl("chaos", reports)?;

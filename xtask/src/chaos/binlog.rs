@@ -15,6 +15,7 @@ use serde_json::{Value, json};
 
 use crate::mariadb::query;
 
+use super::wait_until;
 use crate::sys;
 use crate::throwaway::mariadb::Throwaway;
 use crate::url::DbUrl;
@@ -45,17 +46,6 @@ fn count(url: &DbUrl, sql: &str) -> Result<i64> {
     out.trim()
         .parse()
         .with_context(|| format!("`{sql}` answered {out:?}"))
-}
-
-fn wait_until(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) -> Result<()> {
-    let deadline = Instant::now() + timeout;
-    while !done() {
-        if Instant::now() > deadline {
-            bail!("timed out after {}s waiting for {what}", timeout.as_secs());
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    Ok(())
 }
 
 /// Runs the fault with `n` rows on a throwaway server in `dir`.

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
 
+use super::wait_until;
 use crate::sys;
 use crate::url::DbUrl;
 
@@ -43,17 +44,6 @@ pub fn build() -> Result<Workers> {
     Ok(Workers { redis, rabbitmq })
 }
 
-fn wait_until(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) -> Result<()> {
-    let deadline = Instant::now() + timeout;
-    while !done() {
-        if Instant::now() > deadline {
-            bail!("timed out after {}s waiting for {what}", timeout.as_secs());
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    Ok(())
-}
-
 /// Starts `cmd` (its stderr into `log`) and waits for its `ready` line.
 fn start_worker(mut cmd: Command, log: &Path) -> Result<Child> {
     let log = std::fs::File::create(log)
@@ -75,30 +65,13 @@ fn start_worker(mut cmd: Command, log: &Path) -> Result<Child> {
     Ok(child)
 }
 
-/// What a broker under test offers the fault.
-trait Broker {
-    fn restart(&self, down: Duration) -> Result<()>;
-}
-
-impl Broker for crate::throwaway::redis::Throwaway {
-    fn restart(&self, down: Duration) -> Result<()> {
-        crate::throwaway::redis::Throwaway::restart(self, down)
-    }
-}
-
-impl Broker for crate::throwaway::rabbitmq::Throwaway {
-    fn restart(&self, down: Duration) -> Result<()> {
-        crate::throwaway::rabbitmq::Throwaway::restart(self, down)
-    }
-}
-
 /// Drives one restart: waits for a third of `n`, restarts, waits for all; reads the handled
 /// ids with `effects`. Returns the report (with how many were handled when the restart began,
 /// which shows that it fell mid-drain).
 fn drive(
     backend: &str,
     n: usize,
-    broker: &dyn Broker,
+    restart: &dyn Fn(Duration) -> Result<()>,
     (mut child, log): (Child, &Path),
     mut effects: impl FnMut() -> Vec<i64>,
 ) -> Result<Value> {
@@ -110,7 +83,7 @@ fn drive(
         })?;
         let before = unique(&effects());
         let down = Instant::now();
-        broker.restart(Duration::from_secs(2))?;
+        restart(Duration::from_secs(2))?;
         let outage = down.elapsed().as_secs_f64();
         let back = Instant::now();
         let mut handled = 0;
@@ -183,11 +156,17 @@ pub fn redis(workers: &Workers, dir: &Path, n: usize) -> Result<Value> {
         let log = dir.join(format!("{}.log", stream.replace(':', "-")));
         let child = start_worker(worker, &log)?;
         let effects_key = format!("{stream}:effects");
-        drive("redis", n, &server, (child, &log), || {
-            redis_cli(&url, &format!("LRANGE {effects_key} 0 -1\n"))
-                .map(|out| out.lines().filter_map(|l| l.trim().parse().ok()).collect())
-                .unwrap_or_default()
-        })
+        drive(
+            "redis",
+            n,
+            &|down| server.restart(down),
+            (child, &log),
+            || {
+                redis_cli(&url, &format!("LRANGE {effects_key} 0 -1\n"))
+                    .map(|out| out.lines().filter_map(|l| l.trim().parse().ok()).collect())
+                    .unwrap_or_default()
+            },
+        )
     })();
     let stopped = server.stop();
     let report = outcome?;
@@ -216,13 +195,19 @@ pub fn rabbitmq(workers: &Workers, dir: &Path, n: usize) -> Result<Value> {
             .args(["--publish", &n.to_string()]);
         let log = dir.join(format!("{queue}.log"));
         let child = start_worker(worker, &log)?;
-        drive("rabbitmq", n, &server, (child, &log), || {
-            std::fs::read_to_string(&effects)
-                .unwrap_or_default()
-                .lines()
-                .filter_map(|l| l.trim().parse().ok())
-                .collect()
-        })
+        drive(
+            "rabbitmq",
+            n,
+            &|down| server.restart(down),
+            (child, &log),
+            || {
+                std::fs::read_to_string(&effects)
+                    .unwrap_or_default()
+                    .lines()
+                    .filter_map(|l| l.trim().parse().ok())
+                    .collect()
+            },
+        )
     })();
     let stopped = server.stop();
     let report = outcome?;

@@ -5,8 +5,9 @@
 //! and list resource types (`catalog`).
 //!
 //! Handlers in YAML are references resolved against a registry. The stock binary registers
-//! `onestep:echo`, `onestep:sleep`, `onestep:fail` and `onestep:exec`; your own binary adds yours
-//! and gets every subcommand:
+//! `onestep:echo`, `onestep:sleep`, `onestep:fail` and `onestep:exec`; any other
+//! `package.module:attr` ref runs the user's Python function (`onestep-python`). Your own binary
+//! adds Rust handlers and gets every subcommand:
 //!
 //! ```no_run
 //! use onestep_core::{TaskContext, TaskError};
@@ -143,11 +144,12 @@ impl Cli {
 
 /// The onestep crates in this binary and their versions, dependencies first. API and worker
 /// processes print these (`onestep --version`) so a deployment can check they match.
-pub fn versions() -> [(&'static str, &'static str); 4] {
+pub fn versions() -> [(&'static str, &'static str); 5] {
     [
         ("onestep-core", onestep_core::VERSION),
         ("onestep-sql", onestep_sql::VERSION),
         ("onestep-http", onestep_http::VERSION),
+        ("onestep-python", onestep_python::VERSION),
         ("onestep-cli", env!("CARGO_PKG_VERSION")),
     ]
 }

@@ -234,10 +234,16 @@ fn tasks_need_a_registered_handler_or_emit_targets() {
         "tasks[0].handler",
         "is required when the task has no emit targets",
     );
+    // A Python-shaped ref is valid here (check imports it in Python, see tests/cli_python.rs);
+    // anything else must be a registered Rust handler.
+    assert_eq!(
+        problems(&VALID.replace("onestep:echo", "app.handlers:missing")),
+        Vec::new()
+    );
     expect(
-        &VALID.replace("onestep:echo", "app.handlers:missing"),
+        &VALID.replace("onestep:echo", "app-handlers/missing"),
         "tasks[0].handler",
-        "is not registered",
+        "is neither a registered Rust handler",
     );
     let passthrough = VALID.replace("    handler: onestep:echo\n", "    emit: queue\n");
     assert_eq!(

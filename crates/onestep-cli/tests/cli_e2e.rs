@@ -52,7 +52,9 @@ fn check_exit_codes_say_ok_problems_or_unloadable() {
     let o = onestep(&["check", "--strict", bad.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(1));
     assert!(
-        text(&o).contains("bad.yaml:5:15: tasks[0].handler: handler \"nope\" is not registered"),
+        text(&o).contains(
+            "bad.yaml:5:15: tasks[0].handler: handler \"nope\" is neither a registered Rust handler"
+        ),
         "{}",
         text(&o)
     );

@@ -35,7 +35,21 @@ pub async fn check(args: CheckArgs, registry: &Registry) -> u8 {
             return 2;
         }
     };
-    let spec = match config::spec::validate(&doc, registry, args.strict) {
+    let python = args.load.python_config();
+    let checked = match config::spec::validate(&doc, registry, args.strict) {
+        Ok(spec) => {
+            let mut problems = config::Problems::new(args.load.file.display().to_string());
+            config::python::check_imports(&spec, registry, &python, &doc.positions, &mut problems)
+                .await;
+            if problems.is_empty() {
+                Ok(spec)
+            } else {
+                Err(problems)
+            }
+        }
+        Err(problems) => Err(problems),
+    };
+    let spec = match checked {
         Ok(spec) => spec,
         Err(problems) => {
             if args.json {
@@ -50,7 +64,7 @@ pub async fn check(args: CheckArgs, registry: &Registry) -> u8 {
             return 1;
         }
     };
-    let app = match config::build::build_app(&spec, registry) {
+    let app = match config::build::build_app(&spec, registry, &python) {
         Ok(app) => app,
         Err(e) => {
             eprintln!("{}: {e}", args.load.file.display());
@@ -75,10 +89,11 @@ pub async fn check(args: CheckArgs, registry: &Registry) -> u8 {
         }
         println!("Tasks: {}", spec.tasks.len());
         for t in &spec.tasks {
-            let handler = t
-                .handler
-                .as_ref()
-                .map_or("passthrough", |(r, _)| r.as_str());
+            let handler = match &t.handler {
+                None => "passthrough".to_owned(),
+                Some((r, _)) if registry.has_handler(r) => r.clone(),
+                Some((r, _)) => format!("{r} (python)"),
+            };
             println!(
                 "  - {}: source={} handler={} emit=[{}] concurrency={} retry={}",
                 t.name,

@@ -68,6 +68,13 @@ pub struct LoadArgs {
     /// Fail when a `${VAR}` without default is not set.
     #[arg(long)]
     pub strict_env: bool,
+    /// The Python interpreter for handler refs that name no Rust handler (default: `python`,
+    /// else `python3`, on PATH).
+    #[arg(long, env = "ONESTEP_PYTHON", value_name = "PATH")]
+    pub python: Option<PathBuf>,
+    /// How many long-lived Python processes serve those handlers.
+    #[arg(long, env = "ONESTEP_PYTHON_PROCESSES", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub python_processes: u16,
 }
 
 impl LoadArgs {
@@ -76,6 +83,14 @@ impl LoadArgs {
             env_file: self.env_file.clone(),
             strict_env: self.strict_env,
         }
+    }
+
+    fn python_config(&self) -> onestep_python::PythonConfig {
+        crate::config::python::python_config(
+            &self.file,
+            self.python.clone(),
+            usize::from(self.python_processes),
+        )
     }
 }
 

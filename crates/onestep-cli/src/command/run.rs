@@ -67,7 +67,7 @@ pub async fn run(args: RunArgs, registry: &Registry) -> u8 {
         None => spec.log_level.clone(),
     };
     init_logging(&level, &spec.log_format);
-    let app = match config::build::build_app(&spec, registry) {
+    let app = match config::build::build_app(&spec, registry, &args.load.python_config()) {
         Ok(app) => app,
         Err(e) => {
             eprintln!("onestep: {}: {e}", args.load.file.display());

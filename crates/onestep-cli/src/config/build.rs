@@ -8,12 +8,19 @@ use onestep_core::catalog::BuildContext;
 use onestep_core::{OneStepApp, Task, TaskContext};
 use serde_json::Value;
 
+use onestep_python::{PythonConfig, PythonPool};
+
 use super::retry::retry_policy;
 use super::spec::AppSpec;
 use crate::registry::Registry;
 
-/// Builds the app. Errors name the resource or task path.
-pub fn build_app(spec: &AppSpec, registry: &Registry) -> Result<OneStepApp, String> {
+/// Builds the app. Errors name the resource or task path. Handler refs that name no Rust
+/// handler run in one [`PythonPool`] started with `python`, opened before the other resources.
+pub fn build_app(
+    spec: &AppSpec,
+    registry: &Registry,
+    python: &PythonConfig,
+) -> Result<OneStepApp, String> {
     let mut ctx = BuildContext::new(registry.catalog(), &spec.resources);
     for r in &spec.resources {
         ctx.get(&r.name).map_err(|e| e.to_string())?;
@@ -26,6 +33,11 @@ pub fn build_app(spec: &AppSpec, registry: &Registry) -> Result<OneStepApp, Stri
             ctx.state_store(state)
                 .map_err(|e| format!("app.state: {e}"))?,
         );
+    }
+    let pool = (!super::python::python_refs(spec, registry).is_empty())
+        .then(|| Arc::new(PythonPool::new(python.clone())));
+    if let Some(pool) = &pool {
+        builder = builder.resource(pool.clone());
     }
     for lifecycle in ctx.take_lifecycles() {
         builder = builder.resource(lifecycle);
@@ -61,12 +73,19 @@ pub fn build_app(spec: &AppSpec, registry: &Registry) -> Result<OneStepApp, Stri
             task = task.timeout(Duration::from_secs_f64(timeout));
         }
         if let Some((reference, params)) = &t.handler {
-            let handler = registry.get_handler(reference).ok_or_else(|| {
-                format!(
-                    "{}.handler: handler {reference:?} is not registered",
-                    t.path
-                )
-            })?;
+            let handler = match (registry.get_handler(reference), &pool) {
+                (Some(handler), _) => handler,
+                (None, Some(pool)) => {
+                    let python = pool.handler(reference, params.clone());
+                    Arc::new(move |ctx, input, _params| python(ctx, input))
+                }
+                (None, None) => {
+                    return Err(format!(
+                        "{}.handler: handler {reference:?} is not registered",
+                        t.path
+                    ));
+                }
+            };
             let params = Arc::new(params.clone());
             task = task
                 .handler_ref(reference)

@@ -5,6 +5,7 @@ pub mod build;
 pub mod checker;
 pub mod env;
 pub mod problem;
+pub mod python;
 pub mod retry;
 pub mod spec;
 pub mod yaml;

@@ -56,6 +56,8 @@ pub struct TaskSpec {
     pub metadata: Map<String, Value>,
     /// The handler reference and its params; `None` means passthrough (requires `emit`).
     pub handler: Option<(String, Value)>,
+    /// The YAML path of the handler ref (`tasks[i].handler` or `tasks[i].handler.ref`).
+    pub handler_path: String,
     /// Concurrency (default 1).
     pub concurrency: usize,
     /// Handler timeout in seconds.
@@ -391,21 +393,24 @@ fn task_spec(
             None
         }
     };
+    let handler_path = child(
+        &path,
+        if map.get("handler").is_some_and(Value::is_object) {
+            "handler.ref"
+        } else {
+            "handler"
+        },
+    );
     if let Some((r, _)) = &handler
         && !registry.has_handler(r)
+        && !is_python_ref(r)
     {
         let known = registry.handler_names();
         c.problem(
-            &child(
-                &path,
-                if map.get("handler").is_some_and(Value::is_object) {
-                    "handler.ref"
-                } else {
-                    "handler"
-                },
-            ),
+            &handler_path,
             format!(
-                "handler {r:?} is not registered; registered handlers: {}",
+                "handler {r:?} is neither a registered Rust handler ({}) nor a Python ref \
+                 'package.module:attr'",
                 known.join(", ")
             ),
         );
@@ -444,9 +449,24 @@ fn task_spec(
         config: map.get("config").cloned().unwrap_or(Value::Null),
         metadata,
         handler,
+        handler_path,
         concurrency: usize::try_from(concurrency).unwrap_or(1),
         timeout_s,
         retry,
         path,
     })
+}
+
+/// Whether `reference` has the shape of a Python ref, `package.module:attr.path`: a dotted
+/// module name, one colon, a dotted attribute path, every part an identifier.
+pub fn is_python_ref(reference: &str) -> bool {
+    let identifier = |part: &str| {
+        let mut chars = part.chars();
+        chars.next().is_some_and(|c| c == '_' || c.is_alphabetic())
+            && chars.all(|c| c == '_' || c.is_alphanumeric())
+    };
+    let dotted = |s: &str| !s.is_empty() && s.split('.').all(identifier);
+    reference
+        .split_once(':')
+        .is_some_and(|(module, attr)| dotted(module) && dotted(attr))
 }

@@ -1,0 +1,56 @@
+"""Handlers the onestep-python tests run (imported as `handlers` from this directory)."""
+import asyncio
+import datetime
+import os
+import uuid
+from pathlib import Path
+
+
+def sync_echo(ctx, payload, *, suffix=""):
+    print("a print() goes to stderr, not into the protocol")
+    return {
+        "kind": type(payload["at"]).__name__,
+        "at_plus_a_day": payload["at"] + datetime.timedelta(days=1),
+        "id": uuid.UUID(ctx.current.meta["onestep.execution"]["id"]),
+        "pair": (1, "two"),
+        "task": ctx.task.name,
+        "config": ctx.config,
+        "attempts": ctx.current.attempts,
+        "suffix": suffix,
+    }
+
+
+async def async_state_and_emit(ctx, payload):
+    seen = await ctx.state.get("seen", 0)
+    await ctx.state.set("seen", seen + 1)
+    nested = ctx.state.scope("inner")
+    await nested.save("k", {"v": payload})
+    await ctx.emit({"echo": payload}, meta={"from": "python"})
+    ctx.metrics.counter("handled", labels={"kind": "test"}).inc()
+    return {"seen_before": seen, "inner": await nested.load("k")}
+
+
+def fail_first(ctx, payload):
+    if ctx.current.attempts == 0:
+        raise ValueError("first attempts fail: %s" % payload)
+    return "ok after %d" % ctx.current.attempts
+
+
+def crash_first(ctx, payload):
+    marker = Path(payload["marker"])
+    if not marker.exists():
+        marker.write_text(str(os.getpid()))
+        os._exit(3)
+    return {"pid": os.getpid(), "crashed_pid": int(marker.read_text())}
+
+
+async def slow(ctx, payload):
+    try:
+        await asyncio.sleep(30)
+    except asyncio.CancelledError:
+        Path(payload["marker"]).write_text("cancelled")
+        raise
+    return "not reached"
+
+
+not_callable = 42

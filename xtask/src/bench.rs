@@ -115,6 +115,8 @@ pub fn run(server_options: Options, options: &BenchOptions) -> Result<()> {
             "onestep-rabbitmq",
             "-p",
             "onestep-sqs",
+            "-p",
+            "onestep-python",
             "--example",
             "burndown",
             "--example",
@@ -127,6 +129,8 @@ pub fn run(server_options: Options, options: &BenchOptions) -> Result<()> {
             "queue_drain",
             "--example",
             "sqs_drain",
+            "--example",
+            "python_calls",
             "--bin",
             "onestep",
         ],
@@ -157,8 +161,27 @@ pub fn run(server_options: Options, options: &BenchOptions) -> Result<()> {
 
     let file = crate::write_jsonl("bench", &lines)?;
     println!("\n{}", summary(&lines));
-    if lines.iter().any(|l| l.get("workload").is_some()) {
+    if lines
+        .iter()
+        .any(|l| l.get("workload").is_some() && l.get("system").is_some())
+    {
         println!("\n{}", sources::summary(&lines));
+    }
+    if let Some(calls) = lines
+        .iter()
+        .find(|l| l.get("workload").and_then(Value::as_str) == Some("python_calls"))
+    {
+        let us = |k: &str| calls.get(k).and_then(Value::as_f64).unwrap_or(f64::NAN);
+        println!(
+            "\nPython handler overhead per delivery over a Rust echo (µs): async {:.0} at \
+             concurrency 1, {:.0} at 16; sync {:.0} and {:.0} (Rust echo {:.1} and {:.1})",
+            us("python_async_c1_overhead_us"),
+            us("python_async_c16_overhead_us"),
+            us("python_sync_c1_overhead_us"),
+            us("python_sync_c16_overhead_us"),
+            us("rust_c1_us"),
+            us("rust_c16_us"),
+        );
     }
     println!("xtask: results in {}", file.display());
     Ok(())
@@ -254,6 +277,13 @@ fn run_all(
             remove_sqlite(&sqlite_file)?;
         }
     }
+    // What a Python handler costs over a Rust one (needs only an interpreter on PATH).
+    let python_calls = crate::target_dir().join("release/examples/python_calls");
+    let mut cmd = Command::new(&python_calls);
+    cmd.args(["--n", "5000"]);
+    let line = json_line(cmd, "Python handler calls")?;
+    println!("{line}");
+    lines.push(line);
     if options.peers {
         let script = root.join("bench/peers/run.sh");
         let peer_mariadb = mariadb.replacen("mysql://", "mysql+asyncmy://", 1);

@@ -24,6 +24,7 @@
 pub mod builtin;
 pub mod command;
 pub mod config;
+pub mod logging;
 pub mod registry;
 
 use std::future::Future;

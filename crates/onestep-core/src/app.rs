@@ -32,6 +32,7 @@ pub struct AppBuilder {
     startup: Vec<LifecycleHook>,
     shutdown: Vec<LifecycleHook>,
     events: Vec<EventHandler>,
+    log_task_events: bool,
 }
 
 impl AppBuilder {
@@ -102,6 +103,15 @@ impl AppBuilder {
         self
     }
 
+    /// Whether every [`TaskEvent`] is also logged as one structured `tracing` event (target
+    /// `onestep.events`, the reference's `StructuredEventLogger` fields; default on, as the
+    /// reference's `onestep run --task-events`). Subscribers of [`on_event`](Self::on_event)
+    /// are called either way.
+    pub fn log_task_events(mut self, enabled: bool) -> Self {
+        self.log_task_events = enabled;
+        self
+    }
+
     /// Checks every option and builds the app.
     ///
     /// Fails with a field-qualified message on an empty app name, a zero shutdown timeout, a
@@ -132,7 +142,11 @@ impl AppBuilder {
         let state = self
             .state
             .unwrap_or_else(|| Arc::new(InMemoryStateStore::default()));
-        let events: Arc<[EventHandler]> = self.events.into();
+        let mut events = self.events;
+        if self.log_task_events {
+            events.insert(0, Arc::new(crate::event::log));
+        }
+        let events: Arc<[EventHandler]> = events.into();
         let tasks = self
             .tasks
             .into_iter()
@@ -215,6 +229,7 @@ impl OneStepApp {
             startup: Vec::new(),
             shutdown: Vec::new(),
             events: Vec::new(),
+            log_task_events: true,
         }
     }
 

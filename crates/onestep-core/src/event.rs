@@ -83,7 +83,6 @@ pub type EventHandler = Arc<dyn Fn(&TaskEvent) + Send + Sync>;
 /// Delivers an event to subscribers and the structured log. A panicking subscriber is logged and
 /// does not affect the task.
 pub(crate) fn dispatch(handlers: &[EventHandler], event: &TaskEvent) {
-    log(event);
     for handler in handlers {
         let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handler(event)));
         if outcome.is_err() {
@@ -92,7 +91,10 @@ pub(crate) fn dispatch(handlers: &[EventHandler], event: &TaskEvent) {
     }
 }
 
-fn log(event: &TaskEvent) {
+/// Logs `event` as the reference's `StructuredEventLogger` does: target `onestep.events`, message
+/// `task <kind>`, its fields (`attempts` counts previous attempts, as the envelope does;
+/// `task_event_meta` is the metadata as JSON text), plus `attempt` and `execution_id`.
+pub(crate) fn log(event: &TaskEvent) {
     let duration_s = event.duration.map(|d| d.as_secs_f64());
     let (failure_kind, failure_type, failure_message) = match &event.failure {
         Some(f) => (
@@ -109,21 +111,34 @@ fn log(event: &TaskEvent) {
         .get("onestep.execution")
         .and_then(|execution| execution.get("id"))
         .and_then(Value::as_str);
+    // As Python's `datetime.isoformat()` writes an aware UTC time.
+    let emitted_at = event
+        .emitted_at
+        .to_offset(time::UtcOffset::UTC)
+        .format(time::macros::format_description!(
+            "[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:6]+00:00"
+        ))
+        .unwrap_or_default();
+    let meta = Value::Object(event.meta.clone()).to_string();
+    let attempts = event.attempt.saturating_sub(1);
     macro_rules! emit {
         ($level:ident) => {
             tracing::$level!(
+                target: "onestep.events",
                 event_kind = event.kind.as_str(),
                 app_name = %event.app,
                 task_name = %event.task,
                 source_name = event.source.as_deref(),
+                attempts,
                 attempt = event.attempt,
                 execution_id,
                 duration_s,
+                emitted_at = %emitted_at,
                 failure_kind,
                 failure_exception_type = failure_type,
                 failure_message,
-                "task {} {}",
-                event.task,
+                task_event_meta = %meta,
+                "task {}",
                 event.kind
             )
         };

@@ -64,7 +64,14 @@ pub async fn check(args: CheckArgs, registry: &Registry) -> u8 {
             return 1;
         }
     };
-    let app = match config::build::build_app(&spec, registry, &python) {
+    let app = match config::build::build_app(
+        &spec,
+        registry,
+        &config::build::BuildOptions {
+            python,
+            log_task_events: true,
+        },
+    ) {
         Ok(app) => app,
         Err(e) => {
             eprintln!("{}: {e}", args.load.file.display());

@@ -240,7 +240,7 @@ pub async fn run(args: QuickstartArgs) -> u8 {
             }
         };
     }
-    super::run::init_logging("warning", "text");
+    crate::logging::init("warning", "text");
     let prepared = async {
         if args.fresh {
             remove_db(&args.db)?;

@@ -11,33 +11,22 @@ pub struct RunArgs {
     /// Log level: trace, debug, info, warning, error (default: `app.logging.level` or info).
     #[arg(long)]
     log_level: Option<String>,
+    /// Log lines as `text`, or `json` in the reference's shape (default: `app.logging.format`
+    /// or text).
+    #[arg(long, value_parser = ["text", "json"])]
+    log_format: Option<String>,
+    /// Log every task event (fetched, started, succeeded, retried, failed, …) as a structured
+    /// line; the default, as in the reference.
+    #[arg(long, overrides_with = "no_task_events")]
+    task_events: bool,
+    /// Do not log task events (their subscribers still run).
+    #[arg(long, overrides_with = "task_events")]
+    no_task_events: bool,
 }
 
 const LEVELS: [&str; 7] = [
     "trace", "debug", "info", "warning", "warn", "error", "critical",
 ];
-
-/// Installs the log subscriber: `text` or `json` lines on stdout.
-pub fn init_logging(level: &str, format: &str) {
-    let level = match level {
-        "warning" => "warn",
-        "critical" => "error",
-        other => other,
-    };
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("{level},sqlx=warn")));
-    let ansi = std::io::IsTerminal::is_terminal(&std::io::stdout())
-        && std::env::var_os("NO_COLOR").is_none();
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_target(false)
-        .with_ansi(ansi);
-    let _ = if format == "json" {
-        builder.json().try_init()
-    } else {
-        builder.try_init()
-    };
-}
 
 /// Loads, validates, builds and runs; 2 when the file cannot be loaded, 1 when the app fails.
 pub async fn run(args: RunArgs, registry: &Registry) -> u8 {
@@ -66,8 +55,18 @@ pub async fn run(args: RunArgs, registry: &Registry) -> u8 {
         }
         None => spec.log_level.clone(),
     };
-    init_logging(&level, &spec.log_format);
-    let app = match config::build::build_app(&spec, registry, &args.load.python_config()) {
+    crate::logging::init(
+        &level,
+        args.log_format.as_deref().unwrap_or(&spec.log_format),
+    );
+    let app = match config::build::build_app(
+        &spec,
+        registry,
+        &config::build::BuildOptions {
+            python: args.load.python_config(),
+            log_task_events: !args.no_task_events,
+        },
+    ) {
         Ok(app) => app,
         Err(e) => {
             eprintln!("onestep: {}: {e}", args.load.file.display());

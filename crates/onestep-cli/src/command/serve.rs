@@ -119,7 +119,7 @@ pub async fn shutdown_signal() {
 
 /// 0 after a graceful stop, 1 when it cannot serve.
 pub async fn run(args: ServeArgs) -> u8 {
-    super::run::init_logging("info", "text");
+    crate::logging::init("info", "text");
     let outcome: anyhow::Result<()> = with_dialect!(&args.dsn, serve(&args));
     match outcome {
         Ok(()) => 0,

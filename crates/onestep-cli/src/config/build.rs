@@ -14,12 +14,22 @@ use super::retry::retry_policy;
 use super::spec::AppSpec;
 use crate::registry::Registry;
 
+/// What the command line adds to a file when building its app.
+#[derive(Debug, Clone, Default)]
+pub struct BuildOptions {
+    /// How Python handlers start (refs that name no Rust handler).
+    pub python: PythonConfig,
+    /// Whether task events are logged (`run --no-task-events` turns it off).
+    pub log_task_events: bool,
+}
+
 /// Builds the app. Errors name the resource or task path. Handler refs that name no Rust
-/// handler run in one [`PythonPool`] started with `python`, opened before the other resources.
+/// handler run in one [`PythonPool`] started with `options.python`, opened before the other
+/// resources.
 pub fn build_app(
     spec: &AppSpec,
     registry: &Registry,
-    python: &PythonConfig,
+    options: &BuildOptions,
 ) -> Result<OneStepApp, String> {
     let mut ctx = BuildContext::new(registry.catalog(), &spec.resources);
     for r in &spec.resources {
@@ -27,7 +37,8 @@ pub fn build_app(
     }
     let mut builder = OneStepApp::builder(&spec.name)
         .config(spec.config.clone())
-        .shutdown_timeout(spec.shutdown_timeout_s.map(Duration::from_secs_f64));
+        .shutdown_timeout(spec.shutdown_timeout_s.map(Duration::from_secs_f64))
+        .log_task_events(options.log_task_events);
     if let Some(state) = &spec.state {
         builder = builder.state(
             ctx.state_store(state)
@@ -35,7 +46,7 @@ pub fn build_app(
         );
     }
     let pool = (!super::python::python_refs(spec, registry).is_empty())
-        .then(|| Arc::new(PythonPool::new(python.clone())));
+        .then(|| Arc::new(PythonPool::new(options.python.clone())));
     if let Some(pool) = &pool {
         builder = builder.resource(pool.clone());
     }

@@ -1,5 +1,5 @@
 //! Python handlers: the refs of a config that name no Rust handler run in a
-//! [`PythonPool`](onestep_python::PythonPool); `check` imports them first.
+//! [`PythonPool`]; `check` imports them first.
 
 use std::path::{Path, PathBuf};
 

@@ -31,9 +31,12 @@ pub(crate) type AfterSuccessHook = Arc<
 >;
 pub(crate) type FailureHook =
     Arc<dyn Fn(TaskContext, Value, FailureInfo) -> BoxFuture<'static, ()> + Send + Sync>;
-type Transform =
-    Arc<dyn Fn(&TaskContext, &Value, &Value) -> Result<Value, TaskError> + Send + Sync>;
-type Predicate = Arc<dyn Fn(&TaskContext, &Value, &Value) -> Result<bool, TaskError> + Send + Sync>;
+pub(crate) type Transform = Arc<
+    dyn Fn(TaskContext, Value, Value) -> BoxFuture<'static, Result<Value, TaskError>> + Send + Sync,
+>;
+pub(crate) type Predicate = Arc<
+    dyn Fn(TaskContext, Value, Value) -> BoxFuture<'static, Result<bool, TaskError>> + Send + Sync,
+>;
 
 /// What a handler and its hooks can see and do while processing one delivery.
 #[derive(Clone)]
@@ -164,7 +167,23 @@ impl EmitBinding {
     where
         F: Fn(&TaskContext, &Value, &Value) -> Result<Value, TaskError> + Send + Sync + 'static,
     {
-        self.transform = Some(Arc::new(transform));
+        self.transform = Some(Arc::new(move |ctx, payload, result| {
+            let body = transform(&ctx, &payload, &result);
+            Box::pin(std::future::ready(body))
+        }));
+        self
+    }
+
+    /// Sends what the future `transform(ctx, payload, result)` resolves to instead of the
+    /// result (a transform that does I/O, such as one written in Python).
+    pub fn with_async_transform<F, Fut>(mut self, transform: F) -> Self
+    where
+        F: Fn(TaskContext, Value, Value) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Value, TaskError>> + Send + 'static,
+    {
+        self.transform = Some(Arc::new(move |ctx, payload, result| {
+            Box::pin(transform(ctx, payload, result))
+        }));
         self
     }
 
@@ -189,7 +208,22 @@ impl EmitRoute {
         F: Fn(&TaskContext, &Value, &Value) -> Result<bool, TaskError> + Send + Sync + 'static,
     {
         Self {
-            when: Arc::new(when),
+            when: Arc::new(move |ctx, payload, result| {
+                Box::pin(std::future::ready(when(&ctx, &payload, &result)))
+            }),
+            then,
+            otherwise,
+        }
+    }
+
+    /// A route whose predicate is a future (one that does I/O, such as one written in Python).
+    pub fn new_async<F, Fut>(when: F, then: Vec<EmitBinding>, otherwise: Vec<EmitBinding>) -> Self
+    where
+        F: Fn(TaskContext, Value, Value) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<bool, TaskError>> + Send + 'static,
+    {
+        Self {
+            when: Arc::new(move |ctx, payload, result| Box::pin(when(ctx, payload, result))),
             then,
             otherwise,
         }

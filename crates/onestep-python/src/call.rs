@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use onestep_core::execution::codec::{decode_value, encode_value};
-use onestep_core::{TaskContext, TaskError};
+use onestep_core::{FailureInfo, TaskContext, TaskError, TaskEvent};
 use serde_json::{Map, Value, json};
 
 use crate::process::{Process, describe_exception, next_id};
@@ -22,12 +22,149 @@ pub(crate) async fn call(
     input: Value,
 ) -> Result<Value, TaskError> {
     let tagged = ctx.execution().is_some();
-    let payload = if tagged {
-        encode_value(&input).map_err(|e| TaskError::new("CaptureEncodingError", e.to_string()))?
+    let message = json!({
+        "op": "call",
+        "ref": reference,
+        "params": params,
+        "codec": if tagged { "tagged" } else { "plain" },
+        "payload": encode(tagged, input)?,
+        "ctx": context_fields(ctx, reference),
+    });
+    exchange(process, Some(ctx), reference, tagged, message).await
+}
+
+/// One argument of a callback: what the reference passes its hooks, transforms, predicates and
+/// event subscribers, in order.
+#[derive(Debug, Clone)]
+pub enum CallbackArg {
+    /// The delivery's `TaskContext` (the call must be made with one).
+    Context,
+    /// A JSON value: a payload or a result.
+    Value(Value),
+    /// The failure an `on_failure` hook gets (`FailureInfo` in Python).
+    Failure(FailureInfo),
+    /// The event a `hooks.events` subscriber gets (`TaskEvent` in Python).
+    Event(TaskEvent),
+    /// The app a `startup`/`shutdown` hook gets: an object with `name` and `config`.
+    App {
+        /// `app.name`.
+        name: String,
+        /// `app.config`.
+        config: Value,
+    },
+}
+
+/// What a callback's result is turned into.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Returns {
+    /// The value (a transform).
+    Value,
+    /// Python's truth of the value (a predicate).
+    Truth,
+    /// Nothing (a hook).
+    Nothing,
+}
+
+/// Runs the callback `reference(*args, **params)` (only as many positional args as it takes),
+/// with `ctx`'s cancellation and context requests when there is one.
+pub(crate) async fn callback(
+    process: &Arc<Process>,
+    ctx: Option<&TaskContext>,
+    reference: &str,
+    params: &Value,
+    args: Vec<CallbackArg>,
+    returns: Returns,
+) -> Result<Value, TaskError> {
+    let tagged = ctx.is_some_and(|c| c.execution().is_some());
+    let args = args
+        .into_iter()
+        .map(|arg| {
+            Ok(match arg {
+                CallbackArg::Context => json!({"ctx": true}),
+                CallbackArg::Value(v) => json!({"value": encode(tagged, v)?}),
+                CallbackArg::Failure(f) => json!({"failure": failure_fields(&f)}),
+                CallbackArg::Event(e) => json!({"event": event_fields(&e)}),
+                CallbackArg::App { name, config } => {
+                    json!({"app": {"name": name, "config": config}})
+                }
+            })
+        })
+        .collect::<Result<Vec<Value>, TaskError>>()?;
+    let mut message = json!({
+        "op": "callback",
+        "ref": reference,
+        "params": params,
+        "codec": if tagged { "tagged" } else { "plain" },
+        "args": args,
+        "truth": returns == Returns::Truth,
+        "discard": returns == Returns::Nothing,
+    });
+    if let Some(ctx) = ctx {
+        message["ctx"] = context_fields(ctx, reference);
+    }
+    exchange(process, ctx, reference, tagged, message).await
+}
+
+fn encode(tagged: bool, value: Value) -> Result<Value, TaskError> {
+    if tagged {
+        encode_value(&value).map_err(|e| TaskError::new("CaptureEncodingError", e.to_string()))
     } else {
-        input
-    };
+        Ok(value)
+    }
+}
+
+/// What the host's `TaskContext` is made of.
+fn context_fields(ctx: &TaskContext, reference: &str) -> Value {
+    json!({
+        "app": ctx.app_name(),
+        "task": ctx.task_name(),
+        "config": ctx.config(),
+        "task_config": ctx.task_config(),
+        "meta": ctx.meta(),
+        "attempts": ctx.attempts(),
+        "handler_ref": reference,
+    })
+}
+
+fn failure_fields(failure: &FailureInfo) -> Value {
+    json!({
+        "kind": failure.kind.as_str(),
+        "exception_type": failure.exception_type,
+        "message": failure.message,
+    })
+}
+
+/// A task event as the reference's `TaskEvent` holds it (`attempts` counts earlier attempts).
+fn event_fields(event: &TaskEvent) -> Value {
+    let emitted_at = event
+        .emitted_at
+        .to_offset(time::UtcOffset::UTC)
+        .format(&time::format_description::well_known::Rfc3339)
+        .unwrap_or_default();
+    json!({
+        "kind": event.kind.as_str(),
+        "app": event.app,
+        "task": event.task,
+        "source": event.source,
+        "attempts": event.attempt.saturating_sub(1),
+        "emitted_at": emitted_at.replace('Z', "+00:00"),
+        "duration_s": event.duration.map(|d| d.as_secs_f64()),
+        "failure": event.failure.as_ref().map(failure_fields),
+        "meta": event.meta,
+    })
+}
+
+/// Sends `message` as call `id`, serves the context requests the call makes, and returns its
+/// result.
+async fn exchange(
+    process: &Arc<Process>,
+    ctx: Option<&TaskContext>,
+    reference: &str,
+    tagged: bool,
+    mut message: Value,
+) -> Result<Value, TaskError> {
     let id = next_id();
+    message["id"] = id.into();
     let _inflight = process.enter();
     let mut rx = process
         .open_route(id)
@@ -37,31 +174,16 @@ pub(crate) async fn call(
         id,
         done: false,
     };
-    let message = json!({
-        "op": "call",
-        "id": id,
-        "ref": reference,
-        "params": params,
-        "codec": if tagged { "tagged" } else { "plain" },
-        "payload": payload,
-        "ctx": {
-            "app": ctx.app_name(),
-            "task": ctx.task_name(),
-            "config": ctx.config(),
-            "task_config": ctx.task_config(),
-            "meta": ctx.meta(),
-            "attempts": ctx.attempts(),
-            "handler_ref": reference,
-        },
-    });
     if !process.send(&message) {
         return Err(exited(process.ended()));
     }
+    let never = tokio_util::sync::CancellationToken::new();
+    let cancellation = ctx.map_or(&never, TaskContext::cancellation);
     let mut cancel_sent = false;
     loop {
         let msg = tokio::select! {
             msg = rx.recv() => msg,
-            () = ctx.cancellation().cancelled(), if !cancel_sent => {
+            () = cancellation.cancelled(), if !cancel_sent => {
                 cancel_sent = true;
                 process.send(&json!({"op": "cancel", "id": id}));
                 continue;
@@ -75,10 +197,13 @@ pub(crate) async fn call(
             Some("result") => {
                 guard.done = true;
                 process.close_route(id);
-                return outcome(ctx, reference, tagged, msg);
+                return outcome(ctx.map(TaskContext::task_name), reference, tagged, msg);
             }
             Some("request") => {
-                let reply = serve(ctx, &msg).await;
+                let reply = match ctx {
+                    Some(ctx) => serve(ctx, &msg).await,
+                    None => Err("ctx is not available outside a delivery".to_owned()),
+                };
                 let mut frame = json!({"op": "reply", "rid": msg["rid"]});
                 match reply {
                     Ok(value) => {
@@ -99,7 +224,7 @@ pub(crate) async fn call(
 
 /// The handler's result or its failure.
 fn outcome(
-    ctx: &TaskContext,
+    task: Option<&str>,
     reference: &str,
     tagged: bool,
     msg: Value,
@@ -120,7 +245,7 @@ fn outcome(
     }
     let error = &msg["error"];
     tracing::warn!(
-        task = ctx.task_name(),
+        task,
         handler = reference,
         "python handler raised {}",
         describe_exception(error)

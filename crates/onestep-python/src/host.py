@@ -9,7 +9,11 @@ private descriptors: fd 0 then reads /dev/null and fd 1 writes to standard error
 handler cannot corrupt a frame.
 
 Rust -> host: {"op": "load", "id", "refs"}, {"op": "call", "id", "ref", "params", "codec",
-"payload", "ctx"}, {"op": "cancel", "id"}, {"op": "reply", "rid", "ok", "value" | "error"}.
+"payload", "ctx"}, {"op": "callback", "id", "ref", "params", "codec", "args", "truth", "discard", "ctx"?},
+{"op": "cancel", "id"}, {"op": "reply", "rid", "ok", "value" | "error"}. A callback (a hook,
+transform, predicate or event subscriber) gets its args as the reference's invoke_callback passes
+them: only as many positional args as the function takes; each arg is {"ctx": true},
+{"value": v}, {"failure": {...}}, {"event": {...}} or {"app": {...}}.
 Host -> Rust: {"op": "ready"}, {"op": "loaded", "id", "errors"}, {"op": "result", "id", "ok",
 "value" | "error" | "cancelled"}, {"op": "request", "id", "rid", "what", ...}.
 
@@ -369,6 +373,74 @@ class Metrics:
         return Series()
 
 
+# --- what hooks and event subscribers receive ---------------------------------------------------
+
+
+class FailureKind(str, Enum):
+    ERROR = "error"
+    TIMEOUT = "timeout"
+    CANCELLED = "cancelled"
+
+
+class FailureInfo:
+    """An on_failure hook's failure, as the reference's onestep.retry.FailureInfo."""
+
+    def __init__(self, kind, exception_type, message, traceback=None):
+        self.kind = FailureKind(kind)
+        self.exception_type, self.message, self.traceback = exception_type, message, traceback
+
+    def as_dict(self):
+        payload = {"kind": self.kind.value, "exception_type": self.exception_type, "message": self.message}
+        if self.traceback is not None:
+            payload["traceback"] = self.traceback
+        return payload
+
+    def __repr__(self):
+        return "FailureInfo(kind=%r, exception_type=%r, message=%r)" % (self.kind, self.exception_type, self.message)
+
+
+class TaskEventKind(str, Enum):
+    FETCHED = "fetched"
+    STARTED = "started"
+    SUCCEEDED = "succeeded"
+    RETRIED = "retried"
+    FAILED = "failed"
+    DEAD_LETTERED = "dead_lettered"
+    CANCELLED = "cancelled"
+
+
+class TaskEvent:
+    """A hooks.events subscriber's event, as the reference's onestep.events.TaskEvent."""
+
+    def __init__(self, fields):
+        self.kind = TaskEventKind(fields["kind"])
+        self.app, self.task, self.source = fields["app"], fields["task"], fields.get("source")
+        self.attempts = fields["attempts"]
+        self.emitted_at = datetime.fromisoformat(fields["emitted_at"])
+        self.duration_s = fields.get("duration_s")
+        failure = fields.get("failure")
+        self.failure = None if failure is None else FailureInfo(**failure)
+        self.meta = fields.get("meta") or {}
+        self.attempt_id = fields.get("attempt_id")
+
+    def __repr__(self):
+        return "TaskEvent(kind=%r, app=%r, task=%r, attempts=%r)" % (self.kind, self.app, self.task, self.attempts)
+
+
+def invoke_callback(callback, args):
+    """Calls with as many positional args as the callback takes (the reference's rule)."""
+    try:
+        signature = inspect.signature(callback)
+    except (TypeError, ValueError):
+        return callback(*args)
+    parameters = signature.parameters.values()
+    if any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in parameters):
+        return callback(*args)
+    positional = [p for p in parameters
+                  if p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+    return callback(*args[: len(positional)])
+
+
 # --- the host -----------------------------------------------------------------------------------
 
 
@@ -420,10 +492,11 @@ class Host:
 
     def dispatch(self, msg):
         op = msg.get("op")
-        if op == "call":
+        if op in ("call", "callback"):
             call = Call(self, msg)
             self.calls[call.id] = call
-            call.task = asyncio.ensure_future(self.run_call(call, msg))
+            run = self.run_call if op == "call" else self.run_callback
+            call.task = asyncio.ensure_future(run(call, msg))
         elif op == "cancel":
             call = self.calls.get(msg["id"])
             if call is not None:
@@ -463,23 +536,67 @@ class Host:
         return entry
 
     async def run_call(self, call, msg):
+        async def handler():
+            func, func_is_async = self.resolve(msg["ref"])
+            call.payload = decode_value(msg["payload"]) if msg["codec"] == "tagged" else msg["payload"]
+            ctx = TaskContext(call, msg["ctx"], self.metrics)
+            params = copy.deepcopy(msg.get("params") or {})
+            if func_is_async:
+                call.async_handler = True
+                return await func(ctx, call.payload, **params)
+            return await self.in_thread(call, functools.partial(func, ctx, call.payload, **params))
+
+        await self.answer(call, msg, handler, "handler result")
+
+    async def run_callback(self, call, msg):
+        async def callback():
+            func, func_is_async = self.resolve(msg["ref"])
+            tagged = msg["codec"] == "tagged"
+            args = []
+            for arg in msg["args"]:
+                if "value" in arg:
+                    value = decode_value(arg["value"]) if tagged else arg["value"]
+                    if call.payload is None:
+                        call.payload = value
+                    args.append(value)
+                elif "ctx" in arg:
+                    args.append(arg)
+                elif "failure" in arg:
+                    args.append(FailureInfo(**arg["failure"]))
+                elif "event" in arg:
+                    args.append(TaskEvent(arg["event"]))
+                else:
+                    args.append(Named(**arg["app"]))
+            # The context reads the payload (ctx.current.body), so it is made once that is known.
+            args = [TaskContext(call, msg["ctx"], self.metrics) if isinstance(a, dict) and "ctx" in a else a
+                    for a in args]
+            bound = functools.partial(func, **copy.deepcopy(msg.get("params") or {}))
+            if func_is_async:
+                call.async_handler = True
+                result = await invoke_callback(bound, args)
+            else:
+                result = await self.in_thread(call, functools.partial(invoke_callback, bound, args))
+            if msg.get("discard"):
+                return None
+            return bool(result) if msg.get("truth") else result
+
+        await self.answer(call, msg, callback, "callback result")
+
+    async def in_thread(self, call, func):
+        """Runs a sync function in the thread pool; awaits what it returns if that is awaitable."""
+        result = await asyncio.get_running_loop().run_in_executor(None, func)
+        if inspect.isawaitable(result):
+            call.async_handler = True
+            result = await result
+        return result
+
+    async def answer(self, call, msg, run, what):
+        """Runs one call and sends its result frame."""
         try:
             try:
-                func, func_is_async = self.resolve(msg["ref"])
+                result = await run()
                 tagged = msg["codec"] == "tagged"
-                call.payload = decode_value(msg["payload"]) if tagged else msg["payload"]
-                ctx = TaskContext(call, msg["ctx"], self.metrics)
-                params = copy.deepcopy(msg.get("params") or {})
-                if func_is_async:
-                    call.async_handler = True
-                    result = await func(ctx, call.payload, **params)
-                else:
-                    loop = asyncio.get_running_loop()
-                    result = await loop.run_in_executor(None, functools.partial(func, ctx, call.payload, **params))
-                    if inspect.isawaitable(result):
-                        call.async_handler = True
-                        result = await result
-                value = encode_value(result) if tagged else plain_json(result, "handler result")
+                value = encode_value(result) if tagged else plain_json(result, what)
                 self.send({"op": "result", "id": call.id, "ok": True, "value": value})
             except asyncio.CancelledError:
                 self.send({"op": "result", "id": call.id, "ok": False, "cancelled": True})

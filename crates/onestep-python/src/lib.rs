@@ -27,9 +27,10 @@ mod frame;
 mod pool;
 mod process;
 
+pub use call::CallbackArg;
 pub use config::PythonConfig;
 pub use error::PythonError;
-pub use pool::{PythonHandler, PythonPool, RefCheck};
+pub use pool::{PythonCallback, PythonHandler, PythonPool, RefCheck};
 
 /// The crate's version.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -9,7 +9,7 @@ use onestep_core::task::BoxFuture;
 use onestep_core::{Resource, TaskContext, TaskError};
 use serde_json::Value;
 
-use crate::call::call;
+use crate::call::{CallbackArg, Returns, call, callback};
 use crate::config::PythonConfig;
 use crate::error::PythonError;
 use crate::process::{Process, host_command};
@@ -96,6 +96,18 @@ impl PythonPool {
                 call(&process, &ctx, &reference, &params, input).await
             })
         })
+    }
+
+    /// A callback (a hook, an emit transform or route predicate, an event subscriber) calling
+    /// `reference(*args, **params)` in the pool, with only as many positional args as the
+    /// function takes, as the reference calls them. `params` is an object or null.
+    pub fn callback(self: &Arc<Self>, reference: &str, params: Value) -> PythonCallback {
+        lock(&self.refs).insert(reference.to_owned());
+        PythonCallback {
+            pool: self.clone(),
+            reference: reference.into(),
+            params: Arc::new(params),
+        }
     }
 
     /// Imports each ref in a short-lived process of the configured interpreter, as
@@ -189,6 +201,74 @@ impl PythonPool {
         }
         tracing::info!(pid = process.pid(), slot, "python worker process started");
         Ok(process)
+    }
+}
+
+/// A Python function the runtime calls with the reference's callback arguments; made by
+/// [`PythonPool::callback`]. Cheap to clone.
+#[derive(Clone)]
+pub struct PythonCallback {
+    pool: Arc<PythonPool>,
+    reference: Arc<str>,
+    params: Arc<Value>,
+}
+
+impl PythonCallback {
+    /// The ref it calls.
+    pub fn reference(&self) -> &str {
+        &self.reference
+    }
+
+    /// Calls it and returns its result (a transform's body). With `ctx`, the function may
+    /// use `ctx.emit`/`ctx.state` and sees the delivery's cancellation; a tracked execution's
+    /// values go over in the tagged codec.
+    pub async fn value(
+        &self,
+        ctx: Option<&TaskContext>,
+        args: Vec<CallbackArg>,
+    ) -> Result<Value, TaskError> {
+        self.run(ctx, args, Returns::Value).await
+    }
+
+    /// Calls it and returns Python's truth of its result (a route predicate).
+    pub async fn truth(
+        &self,
+        ctx: Option<&TaskContext>,
+        args: Vec<CallbackArg>,
+    ) -> Result<bool, TaskError> {
+        let value = self.run(ctx, args, Returns::Truth).await?;
+        Ok(value == Value::Bool(true))
+    }
+
+    /// Calls it for its effect; what it returns is dropped in Python (a hook).
+    pub async fn call(
+        &self,
+        ctx: Option<&TaskContext>,
+        args: Vec<CallbackArg>,
+    ) -> Result<(), TaskError> {
+        self.run(ctx, args, Returns::Nothing).await.map(drop)
+    }
+
+    async fn run(
+        &self,
+        ctx: Option<&TaskContext>,
+        args: Vec<CallbackArg>,
+        returns: Returns,
+    ) -> Result<Value, TaskError> {
+        let process = self
+            .pool
+            .pick()
+            .await
+            .map_err(|e| TaskError::new("PythonWorkerUnavailable", e.to_string()))?;
+        callback(&process, ctx, &self.reference, &self.params, args, returns).await
+    }
+}
+
+impl std::fmt::Debug for PythonCallback {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PythonCallback")
+            .field("reference", &self.reference)
+            .finish_non_exhaustive()
     }
 }
 

@@ -251,3 +251,148 @@ async fn check_imports_each_ref_and_tells_sync_from_async() {
     assert!(failed("handlers:missing").starts_with("AttributeError"));
     assert!(failed("no_colon").contains("expected 'package.module:attr'"));
 }
+
+/// Callbacks get as many of the reference's arguments as they take: a failure, an event, the
+/// app; each as the reference's Python object.
+#[tokio::test]
+async fn callbacks_get_the_reference_objects_and_only_the_arguments_they_take() {
+    use onestep_core::{FailureInfo, FailureKind, Resource, Stage, TaskError, TaskEvent};
+    use onestep_python::CallbackArg;
+    let pool = Arc::new(PythonPool::new(config()));
+    let first = pool.callback("handlers:first_only", Value::Null);
+    let failure = pool.callback("handlers:describe_failure", Value::Null);
+    let event = pool.callback("handlers:describe_event", Value::Null);
+    let app = pool.callback("handlers:describe_app", Value::Null);
+    pool.open().await.unwrap();
+    let args = vec![CallbackArg::Value(json!(1)), CallbackArg::Value(json!(2))];
+    assert_eq!(first.value(None, args).await.unwrap(), json!({"got": 1}));
+    let info = FailureInfo::from_error(
+        FailureKind::Timeout,
+        Stage::Handler,
+        &TaskError::new("TimeoutError", "too slow"),
+    );
+    let described = failure
+        .value(None, vec![CallbackArg::Failure(info.clone())])
+        .await
+        .unwrap();
+    assert_eq!(described, json!("timeout:TimeoutError:too slow"));
+    let task_event = TaskEvent {
+        kind: onestep_core::TaskEventKind::Retried,
+        app: "a".into(),
+        task: "t".into(),
+        source: None,
+        attempt: 2,
+        emitted_at: time::OffsetDateTime::now_utc(),
+        duration: Some(Duration::from_millis(5)),
+        failure: Some(info),
+        meta: serde_json::Map::new(),
+    };
+    let described = event
+        .value(None, vec![CallbackArg::Event(task_event)])
+        .await
+        .unwrap();
+    assert_eq!(described["kind"], "retried");
+    assert_eq!(described["attempts"], 1, "attempts before this one");
+    assert_eq!(described["aware"], true);
+    assert_eq!(described["failure"]["kind"], "timeout");
+    let named = CallbackArg::App {
+        name: "shop".into(),
+        config: json!({"region": "eu"}),
+    };
+    assert_eq!(
+        app.value(None, vec![named]).await.unwrap(),
+        json!("shop in eu")
+    );
+    pool.close().await.unwrap();
+}
+
+/// In a task: a Python before hook, a Python route predicate (truthy list) and a Python
+/// transform with params shape what the sinks receive.
+#[tokio::test]
+async fn python_hooks_predicates_and_transforms_run_in_the_delivery() {
+    use onestep_core::{EmitBinding, EmitRoute, StateStore};
+    use onestep_python::CallbackArg;
+    let queue = MemoryQueue::new("queue", 10).unwrap();
+    let chosen = MemoryQueue::new("chosen", 10).unwrap();
+    let other = MemoryQueue::new("other", 10).unwrap();
+    onestep_core::Sink::publish(&queue, json!({"n": 5}), Default::default())
+        .await
+        .unwrap();
+    let state = Arc::new(InMemoryStateStore::default());
+    let pool = Arc::new(PythonPool::new(config()));
+    let before = pool.callback("handlers:remember_payload", Value::Null);
+    let when = pool.callback("handlers:has_items", Value::Null);
+    let shape = pool.callback("handlers:shape", json!({"label": "from-yaml"}));
+    let args = |payload: Value, result: Value| {
+        vec![
+            CallbackArg::Context,
+            CallbackArg::Value(payload),
+            CallbackArg::Value(result),
+        ]
+    };
+    let route = EmitRoute::new_async(
+        move |ctx, payload, result| {
+            let when = when.clone();
+            let args = args(payload, result);
+            async move { when.truth(Some(&ctx), args).await }
+        },
+        vec![
+            EmitBinding::new(Arc::new(chosen.clone())).with_async_transform(
+                move |ctx, payload, result| {
+                    let shape = shape.clone();
+                    let args = args(payload, result);
+                    async move { shape.value(Some(&ctx), args).await }
+                },
+            ),
+        ],
+        vec![EmitBinding::new(Arc::new(other.clone()))],
+    );
+    let app = OneStepApp::builder("pyapp")
+        .state(state.clone())
+        .resource(pool.clone())
+        .task(
+            Task::new("t")
+                .source(queue.clone())
+                .emit(route)
+                .before(move |ctx, payload| {
+                    let before = before.clone();
+                    async move {
+                        let args = vec![CallbackArg::Context, CallbackArg::Value(payload)];
+                        before.call(Some(&ctx), args).await
+                    }
+                })
+                .handler(|_ctx, _input: Value| async {
+                    Ok::<Value, onestep_core::TaskError>(json!({"items": [1, 2]}))
+                }),
+        )
+        .build()
+        .unwrap();
+    let handle = app.handle();
+    let worker = tokio::spawn(async move { app.serve().await });
+    let mut bodies = Vec::new();
+    for _ in 0..600 {
+        bodies.extend(
+            chosen
+                .fetch(10)
+                .await
+                .unwrap()
+                .iter()
+                .map(|d| d.envelope().body.clone()),
+        );
+        if !bodies.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    handle.request_shutdown();
+    worker.await.unwrap().unwrap();
+    assert_eq!(
+        bodies,
+        [json!({"label": "from-yaml", "task": "t", "in": {"n": 5}, "count": 2})]
+    );
+    assert!(other.fetch(10).await.unwrap().is_empty());
+    assert_eq!(
+        state.load("pyapp:t:before").await.unwrap(),
+        Some(json!({"n": 5}))
+    );
+}

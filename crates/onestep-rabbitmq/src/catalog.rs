@@ -56,6 +56,10 @@ impl ResourceType for ConnectorType {
         CONNECTOR_FIELDS
     }
 
+    fn class_name(&self) -> Option<&'static str> {
+        Some("RabbitMQConnector")
+    }
+
     fn read(&self, f: &mut Fields<'_>) -> Option<Self::Options> {
         let url = f.string("url").and_then(|url| {
             if url.starts_with("amqp://") || url.starts_with("amqps://") {
@@ -320,6 +324,10 @@ impl ResourceType for QueueType {
 
     fn fields(&self) -> &'static [FieldDoc] {
         QUEUE_FIELDS
+    }
+
+    fn class_name(&self) -> Option<&'static str> {
+        Some("RabbitMQQueue")
     }
 
     fn read(&self, f: &mut Fields<'_>) -> Option<QueueSpec> {

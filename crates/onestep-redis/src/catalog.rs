@@ -53,6 +53,10 @@ impl ResourceType for ConnectorType {
         CONNECTOR_FIELDS
     }
 
+    fn class_name(&self) -> Option<&'static str> {
+        Some("RedisConnector")
+    }
+
     fn read(&self, f: &mut Fields<'_>) -> Option<Self::Options> {
         let url = f.string("url").and_then(|url| {
             if url.starts_with("redis://") || url.starts_with("rediss://") {
@@ -249,6 +253,10 @@ impl ResourceType for StreamType {
 
     fn fields(&self) -> &'static [FieldDoc] {
         STREAM_FIELDS
+    }
+
+    fn class_name(&self) -> Option<&'static str> {
+        Some("RedisStreamQueue")
     }
 
     fn read(&self, f: &mut Fields<'_>) -> Option<StreamSpec> {

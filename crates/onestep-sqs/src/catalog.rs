@@ -138,6 +138,14 @@ impl ResourceType for ConnectorType {
         CONNECTOR_FIELDS
     }
 
+    fn class_name(&self) -> Option<&'static str> {
+        Some(if self.sns {
+            "SNSConnector"
+        } else {
+            "SQSConnector"
+        })
+    }
+
     fn read(&self, f: &mut Fields<'_>) -> Option<AwsSettings> {
         aws_settings(f)
     }
@@ -291,6 +299,10 @@ impl ResourceType for QueueType {
 
     fn fields(&self) -> &'static [FieldDoc] {
         QUEUE_FIELDS
+    }
+
+    fn class_name(&self) -> Option<&'static str> {
+        Some("SQSQueue")
     }
 
     fn read(&self, f: &mut Fields<'_>) -> Option<QueueSpec> {
@@ -470,6 +482,10 @@ impl ResourceType for TopicType {
 
     fn fields(&self) -> &'static [FieldDoc] {
         TOPIC_FIELDS
+    }
+
+    fn class_name(&self) -> Option<&'static str> {
+        Some("SNSTopic")
     }
 
     fn read(&self, f: &mut Fields<'_>) -> Option<TopicSpec> {

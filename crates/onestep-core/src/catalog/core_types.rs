@@ -61,6 +61,10 @@ impl ResourceType for MemoryType {
         MEMORY_FIELDS
     }
 
+    fn class_name(&self) -> Option<&'static str> {
+        Some("MemoryQueue")
+    }
+
     fn read(&self, f: &mut Fields<'_>) -> Option<MemoryOptions> {
         if !f.has("maxsize") && f.strict() {
             f.problem("maxsize", "is required (a positive integer)");
@@ -271,6 +275,10 @@ impl ResourceType for IntervalType {
         INTERVAL_FIELDS
     }
 
+    fn class_name(&self) -> Option<&'static str> {
+        Some("IntervalSource")
+    }
+
     fn read(&self, f: &mut Fields<'_>) -> Option<Self::Options> {
         let mut total = 0.0;
         for (key, unit) in [
@@ -322,6 +330,10 @@ impl ResourceType for CronType {
 
     fn fields(&self) -> &'static [FieldDoc] {
         CRON_FIELDS
+    }
+
+    fn class_name(&self) -> Option<&'static str> {
+        Some("CronSource")
     }
 
     fn read(&self, f: &mut Fields<'_>) -> Option<Self::Options> {

@@ -284,6 +284,13 @@ pub trait ResourceType: Send + Sync + 'static {
     /// Its fields besides `type`, documented.
     fn fields(&self) -> &'static [FieldDoc];
 
+    /// The class the Python reference builds for this type (`MemoryQueue`), which
+    /// `onestep render` writes under a node's name so a diagram reads as the reference's; `None`
+    /// (the default) writes the type name.
+    fn class_name(&self) -> Option<&'static str> {
+        None
+    }
+
     /// Reads the fields, recording every problem in `fields`; `None` when the options cannot
     /// be made. Options read with problems recorded are not built.
     fn read(&self, fields: &mut Fields<'_>) -> Option<Self::Options>;
@@ -308,6 +315,9 @@ pub trait CatalogEntry: Send + Sync {
     /// Its fields, documented.
     fn fields(&self) -> &'static [FieldDoc];
 
+    /// The reference's class for it, or the type name ([`ResourceType::class_name`]).
+    fn class_name(&self) -> &'static str;
+
     /// The problems in `spec` (strictly or not) and the references it makes.
     fn check(&self, spec: &ResourceSpec, strict: bool) -> (Vec<Problem>, Vec<Reference>);
 
@@ -329,6 +339,10 @@ impl<T: ResourceType> CatalogEntry for T {
 
     fn fields(&self) -> &'static [FieldDoc] {
         ResourceType::fields(self)
+    }
+
+    fn class_name(&self) -> &'static str {
+        ResourceType::class_name(self).unwrap_or_else(|| ResourceType::name(self))
     }
 
     fn check(&self, spec: &ResourceSpec, strict: bool) -> (Vec<Problem>, Vec<Reference>) {

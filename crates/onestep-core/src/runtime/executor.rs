@@ -234,17 +234,19 @@ async fn process(
     let mut sends = Vec::new();
     if !result.is_null() && !task.emit.is_empty() {
         stage.set(Stage::Route);
-        let bindings = match select_bindings(&task.emit, ctx, &payload, &result) {
+        let bindings = match select_bindings(&task.emit, ctx, &payload, &result).await {
             Ok(b) => b,
             Err(err) => return fail_at(Stage::Route, &err),
         };
         stage.set(Stage::Transform);
         for binding in bindings {
             let body = match &binding.transform {
-                Some(transform) => match transform(ctx, &payload, &result) {
-                    Ok(body) => body,
-                    Err(err) => return fail_at(Stage::Transform, &err),
-                },
+                Some(transform) => {
+                    match transform(ctx.clone(), payload.clone(), result.clone()).await {
+                        Ok(body) => body,
+                        Err(err) => return fail_at(Stage::Transform, &err),
+                    }
+                }
                 None => result.clone(),
             };
             sends.push((binding, body));
@@ -300,7 +302,7 @@ async fn settle(rt: &TaskRuntime, delivery: &mut dyn Delivery, result: Value) ->
     }
 }
 
-fn select_bindings<'a>(
+async fn select_bindings<'a>(
     emit: &'a [Emit],
     ctx: &TaskContext,
     payload: &Value,
@@ -311,11 +313,8 @@ fn select_bindings<'a>(
         match target {
             Emit::Binding(binding) => selected.push(binding),
             Emit::Route(route) => {
-                let branch = if (route.when)(ctx, payload, result)? {
-                    &route.then
-                } else {
-                    &route.otherwise
-                };
+                let holds = (route.when)(ctx.clone(), payload.clone(), result.clone()).await?;
+                let branch = if holds { &route.then } else { &route.otherwise };
                 selected.extend(branch.iter());
             }
         }

@@ -134,6 +134,10 @@ impl ResourceType for HttpSinkType {
         SINK_FIELDS
     }
 
+    fn class_name(&self) -> Option<&'static str> {
+        Some("HttpSink")
+    }
+
     fn read(&self, f: &mut Fields<'_>) -> Option<Self::Options> {
         let name = f
             .opt_string("name")
@@ -168,6 +172,10 @@ impl ResourceType for HttpFetcherType {
 
     fn fields(&self) -> &'static [FieldDoc] {
         FETCHER_FIELDS
+    }
+
+    fn class_name(&self) -> Option<&'static str> {
+        Some("HttpFetcher")
     }
 
     fn read(&self, f: &mut Fields<'_>) -> Option<Self::Options> {

@@ -98,6 +98,10 @@ impl ResourceType for WebhookType {
         FIELDS
     }
 
+    fn class_name(&self) -> Option<&'static str> {
+        Some("WebhookSource")
+    }
+
     fn read(&self, f: &mut Fields<'_>) -> Option<WebhookOptions> {
         let path = f.string("path");
         let mut o = WebhookOptions::new(path.clone().unwrap_or_default());

@@ -54,3 +54,35 @@ async def slow(ctx, payload):
 
 
 not_callable = 42
+
+
+# --- callbacks: hooks, transforms, predicates, event subscribers ---------------------------------
+
+
+def has_items(ctx, payload, result):
+    return result["items"]  # a list: Python's truth decides the route
+
+
+async def shape(ctx, payload, result, *, label="shaped"):
+    return {"label": label, "task": ctx.task.name, "in": payload, "count": len(result["items"])}
+
+
+async def remember_payload(ctx, payload):
+    await ctx.state.set("before", payload)
+
+
+def first_only(value):
+    return {"got": value}
+
+
+def describe_failure(failure):
+    return "%s:%s:%s" % (failure.kind.value, failure.exception_type, failure.message)
+
+
+def describe_event(event):
+    return {"kind": event.kind.value, "task": event.task, "attempts": event.attempts,
+            "aware": event.emitted_at.tzinfo is not None, "failure": event.failure.as_dict()}
+
+
+def describe_app(app):
+    return "%s in %s" % (app.name, app.config["region"])

@@ -83,6 +83,10 @@ impl ResourceType for BinlogType {
         FIELDS
     }
 
+    fn class_name(&self) -> Option<&'static str> {
+        Some("BinlogSource")
+    }
+
     fn read(&self, f: &mut Fields<'_>) -> Option<BinlogSpec> {
         let connector = f.reference("connector", Role::Connector, Some("mysql"));
         let server_id = if f.has("server_id") {

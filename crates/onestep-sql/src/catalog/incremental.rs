@@ -72,6 +72,13 @@ impl<D: Dialect> ResourceType for IncrementalType<D> {
         FIELDS
     }
 
+    fn class_name(&self) -> Option<&'static str> {
+        Some(match D::NAME {
+            "postgres" => "PostgresIncrementalSource",
+            _ => "IncrementalTableSource",
+        })
+    }
+
     fn read(&self, f: &mut Fields<'_>) -> Option<IncrementalSpec> {
         let connector = f.reference("connector", Role::Connector, Some(D::NAME));
         let table = f.string("table");

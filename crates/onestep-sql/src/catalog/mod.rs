@@ -147,6 +147,14 @@ impl<D: Dialect> ResourceType for ConnectorType<D> {
         CONNECTOR_FIELDS
     }
 
+    fn class_name(&self) -> Option<&'static str> {
+        Some(match D::NAME {
+            "postgres" => "PostgresConnector",
+            "mysql" => "MySQLConnector",
+            _ => "SQLiteConnector",
+        })
+    }
+
     fn read(&self, f: &mut Fields<'_>) -> Option<Self::Options> {
         let dsn = f
             .string("dsn")
@@ -314,6 +322,14 @@ where
 
     fn fields(&self) -> &'static [FieldDoc] {
         EXECUTION_SOURCE_FIELDS
+    }
+
+    fn class_name(&self) -> Option<&'static str> {
+        Some(match D::NAME {
+            "postgres" => "PostgresExecutionSource",
+            "mysql" => "MySQLExecutionSource",
+            _ => "SQLiteExecutionSource",
+        })
     }
 
     fn read(&self, f: &mut Fields<'_>) -> Option<ExecutionSourceSpec> {

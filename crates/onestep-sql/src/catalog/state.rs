@@ -86,6 +86,13 @@ impl<D: Dialect> ResourceType for StoreType<D> {
         }
     }
 
+    fn class_name(&self) -> Option<&'static str> {
+        Some(match self.kind {
+            StoreKind::State => "SQLAlchemyStateStore",
+            StoreKind::Cursor => "SQLAlchemyCursorStore",
+        })
+    }
+
     fn read(&self, f: &mut Fields<'_>) -> Option<StoreSpec> {
         let connector = f.reference("connector", Role::Connector, Some(D::NAME));
         let mut table = match self.kind {

@@ -90,6 +90,13 @@ impl<D: Dialect> ResourceType for TableQueueType<D> {
         FIELDS
     }
 
+    fn class_name(&self) -> Option<&'static str> {
+        Some(match D::NAME {
+            "postgres" => "PostgresTableQueueSource",
+            _ => "TableQueueSource",
+        })
+    }
+
     fn read(&self, f: &mut Fields<'_>) -> Option<TableQueueSpec> {
         let connector = f.reference("connector", Role::Connector, Some(D::NAME));
         let table = f.string("table");

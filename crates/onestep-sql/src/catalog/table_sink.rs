@@ -174,6 +174,13 @@ impl<D: Dialect> ResourceType for TableSinkType<D> {
         FIELDS
     }
 
+    fn class_name(&self) -> Option<&'static str> {
+        Some(match D::NAME {
+            "postgres" => "PostgresTableSink",
+            _ => "TableSink",
+        })
+    }
+
     fn read(&self, f: &mut Fields<'_>) -> Option<TableSinkSpec> {
         let connector = f.reference("connector", Role::Connector, Some(D::NAME));
         let table = f.string("table");

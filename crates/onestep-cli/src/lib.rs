@@ -85,6 +85,17 @@ impl Cli {
         self
     }
 
+    /// Registers a callback YAML names as a hook, an emit `transform` or a route `when`
+    /// (see [`Registry::callback`] for the arguments each gets).
+    pub fn callback<F, Fut>(mut self, reference: &str, callback: F) -> Self
+    where
+        F: Fn(Option<TaskContext>, Vec<Value>, Arc<Value>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Value, TaskError>> + Send + 'static,
+    {
+        self.registry.callback(reference, callback);
+        self
+    }
+
     /// Registers a resource type.
     pub fn resource_type<T: onestep_core::catalog::ResourceType>(mut self, rtype: T) -> Self {
         self.registry.add_resource_type(rtype);

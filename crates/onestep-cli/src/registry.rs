@@ -24,10 +24,24 @@ pub type HandlerFn = Arc<
         + Sync,
 >;
 
-/// Handlers and resource types by name.
+/// A registered callback: a hook, an emit transform or route predicate, or an event subscriber
+/// named in YAML. It gets the delivery's context (none in `startup`/`shutdown`/`events` hooks),
+/// the reference's arguments as JSON (see [`Registry::callback`]) and the YAML `params`.
+pub type CallbackFn = Arc<
+    dyn Fn(
+            Option<TaskContext>,
+            Vec<Value>,
+            Arc<Value>,
+        ) -> BoxFuture<'static, Result<Value, TaskError>>
+        + Send
+        + Sync,
+>;
+
+/// Handlers, callbacks and resource types by name.
 #[derive(Clone, Default)]
 pub struct Registry {
     handlers: BTreeMap<String, HandlerFn>,
+    callbacks: BTreeMap<String, CallbackFn>,
     catalog: Catalog,
 }
 
@@ -77,6 +91,45 @@ impl Registry {
             })
         });
         self.handlers.insert(reference.to_string(), erased);
+    }
+
+    /// Registers a callback YAML can name where the reference takes a function ref: task
+    /// `hooks`, top-level `hooks`, emit `transform` and route `when`. It is called with the
+    /// delivery's context when there is one and the reference's positional arguments as JSON:
+    ///
+    /// | used as | `args` | result |
+    /// |---|---|---|
+    /// | `hooks.before` | `[payload]` | ignored; an error fails the attempt |
+    /// | `hooks.after_success` | `[payload, result]` | ignored; an error fails the attempt |
+    /// | `hooks.on_failure` | `[payload, failure]` (`kind`, `exception_type`, `message`, `stage`) | ignored; errors are logged |
+    /// | `transform` | `[payload, result]` | the body sent to the sink |
+    /// | `when` | `[payload, result]` | its truth as in Python (`null`, `false`, `0`, `""`, `[]`, `{}` are false) |
+    /// | top-level `startup`, `shutdown` | `[{"name", "config"}]` | ignored; a startup error stops the app |
+    /// | top-level `events` | `[event]` (a `TaskEvent` as JSON) | ignored; errors are logged |
+    pub fn callback<F, Fut>(&mut self, reference: &str, f: F)
+    where
+        F: Fn(Option<TaskContext>, Vec<Value>, Arc<Value>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Value, TaskError>> + Send + 'static,
+    {
+        self.callbacks.insert(
+            reference.to_string(),
+            Arc::new(move |ctx, args, params| Box::pin(f(ctx, args, params))),
+        );
+    }
+
+    /// Whether a callback is registered as `reference`.
+    pub fn has_callback(&self, reference: &str) -> bool {
+        self.callbacks.contains_key(reference)
+    }
+
+    /// The callback registered as `reference`.
+    pub fn get_callback(&self, reference: &str) -> Option<CallbackFn> {
+        self.callbacks.get(reference).cloned()
+    }
+
+    /// Every callback reference, sorted.
+    pub fn callback_names(&self) -> Vec<&str> {
+        self.callbacks.keys().map(String::as_str).collect()
     }
 
     /// The resource types.

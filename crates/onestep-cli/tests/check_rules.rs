@@ -5,52 +5,9 @@
 use onestep_cli::Registry;
 use onestep_cli::config::{self, LoadOptions};
 
-const VALID: &str = "apiVersion: onestep/v1alpha1
-kind: App
-app:
-  name: demo
-resources:
-  db:
-    type: sqlite
-    dsn: sqlite://demo.db
-  jobs:
-    type: sqlite_execution_source
-    connector: db
-    namespace: demo
-    task_names: [work]
-  queue:
-    type: memory
-    maxsize: 10
-tasks:
-  - name: work
-    source: jobs
-    handler: onestep:echo
-";
+mod common;
 
-fn problems(yaml: &str) -> Vec<(String, String, Option<usize>)> {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("worker.yaml");
-    std::fs::write(&path, yaml).unwrap();
-    let doc = config::load(&path, &LoadOptions::default()).unwrap();
-    match config::spec::validate(&doc, &Registry::with_builtins(), true) {
-        Ok(_) => Vec::new(),
-        Err(p) => p
-            .items
-            .into_iter()
-            .map(|i| (i.path, i.message, i.line))
-            .collect(),
-    }
-}
-
-fn expect(yaml: &str, path: &str, message: &str) {
-    let found = problems(yaml);
-    assert!(
-        found
-            .iter()
-            .any(|(p, m, _)| p == path && m.contains(message)),
-        "expected a problem at {path} containing {message:?}; got {found:#?}"
-    );
-}
+use common::{VALID, expect, problems};
 
 #[test]
 fn the_valid_config_has_no_problems() {
@@ -418,11 +375,6 @@ fn reference_features_this_port_lacks_are_errors_not_silently_dropped() {
         "not supported by this port yet",
     );
     expect(
-        &VALID.replace("kind: App\n", "kind: App\nhooks: {startup: [a:b]}\n"),
-        "hooks",
-        "not supported",
-    );
-    expect(
         &VALID.replace("kind: App\n", "kind: App\nsinks: {}\n"),
         "sinks",
         "legacy `sinks` section",
@@ -434,15 +386,6 @@ fn reference_features_this_port_lacks_are_errors_not_silently_dropped() {
         ),
         "app.failure_capture",
         "not supported",
-    );
-    let transform = VALID.replace(
-        "    handler: onestep:echo\n",
-        "    handler: onestep:echo\n    emit: [{sink: queue, transform: app:shape}]\n",
-    );
-    expect(
-        &transform,
-        "tasks[0].emit[0].transform",
-        "emit transforms are not supported",
     );
     expect(
         &VALID.replace("    handler: onestep:echo\n", "    handler: null\n"),

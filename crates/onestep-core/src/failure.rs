@@ -94,6 +94,7 @@ struct TaskErrorInner {
     message: String,
     source: Option<BoxError>,
     connector: Option<ConnectorSummary>,
+    traceback: Option<String>,
 }
 
 /// What the failure record keeps of a [`ConnectorOperationError`].
@@ -115,7 +116,20 @@ impl TaskError {
             message: message.into(),
             source: None,
             connector: None,
+            traceback: None,
         }))
+    }
+
+    /// The same error with a traceback (a Python handler's), which the failure record, the
+    /// `on_failure` hooks and the dead letter carry, as the reference's `FailureInfo` does.
+    pub fn with_traceback(mut self, traceback: impl Into<String>) -> Self {
+        self.0.traceback = Some(traceback.into());
+        self
+    }
+
+    /// The traceback, when the error has one.
+    pub fn traceback(&self) -> Option<&str> {
+        self.0.traceback.as_deref()
     }
 
     /// An error of type `"Error"` with `message`.
@@ -166,6 +180,7 @@ impl<E: std::error::Error + Send + Sync + 'static> From<E> for TaskError {
             message: boxed.to_string(),
             source: Some(boxed),
             connector,
+            traceback: None,
         }))
     }
 }
@@ -205,6 +220,9 @@ pub struct FailureInfo {
     /// For a failure at stage `sink`: the failed sink and the ones after it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sinks_remaining: Vec<String>,
+    /// The error's traceback, when it has one (a Python handler's exception).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traceback: Option<String>,
 }
 
 impl FailureInfo {
@@ -218,6 +236,7 @@ impl FailureInfo {
             connector: err.0.connector.clone(),
             sinks_succeeded: Vec::new(),
             sinks_remaining: Vec::new(),
+            traceback: err.0.traceback.clone(),
         }
     }
 
@@ -231,6 +250,7 @@ impl FailureInfo {
             connector: None,
             sinks_succeeded: Vec::new(),
             sinks_remaining: Vec::new(),
+            traceback: None,
         }
     }
 
@@ -244,6 +264,7 @@ impl FailureInfo {
             connector: None,
             sinks_succeeded: Vec::new(),
             sinks_remaining: Vec::new(),
+            traceback: None,
         }
     }
 }

@@ -365,6 +365,7 @@ mod tests {
             connector: None,
             sinks_succeeded: Vec::new(),
             sinks_remaining: Vec::new(),
+            traceback: None,
         }
     }
 

@@ -131,6 +131,7 @@ fn failure_fields(failure: &FailureInfo) -> Value {
         "kind": failure.kind.as_str(),
         "exception_type": failure.exception_type,
         "message": failure.message,
+        "traceback": failure.traceback,
     })
 }
 
@@ -250,10 +251,14 @@ fn outcome(
         "python handler raised {}",
         describe_exception(error)
     );
-    Err(TaskError::new(
+    let failure = TaskError::new(
         error["type"].as_str().unwrap_or("Exception"),
         error["message"].as_str().unwrap_or(""),
-    ))
+    );
+    Err(match error["traceback"].as_str() {
+        Some(traceback) => failure.with_traceback(traceback),
+        None => failure,
+    })
 }
 
 /// Answers one context request of the running handler.

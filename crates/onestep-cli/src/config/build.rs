@@ -10,6 +10,7 @@ use serde_json::Value;
 
 use onestep_python::{PythonConfig, PythonPool};
 
+use super::callbacks;
 use super::retry::retry_policy;
 use super::spec::AppSpec;
 use crate::registry::Registry;
@@ -53,6 +54,9 @@ pub fn build_app(
     for lifecycle in ctx.take_lifecycles() {
         builder = builder.resource(lifecycle);
     }
+    let resolver = callbacks::Resolver::new(registry, pool.as_ref());
+    builder =
+        callbacks::with_app_hooks(builder, &spec.hooks, (&spec.name, &spec.config), &resolver)?;
     for t in &spec.tasks {
         let mut task = Task::new(&t.name)
             .concurrency(t.concurrency)
@@ -68,12 +72,10 @@ pub fn build_app(
                     .map_err(|e| format!("{}.source: {e}", t.path))?,
             );
         }
-        for e in &t.emit {
-            task = task.emit(
-                ctx.sink(e)
-                    .map_err(|err| format!("{}.emit: {err}", t.path))?,
-            );
+        for target in &t.targets {
+            task = task.emit(callbacks::emit_target(target, &mut ctx, &resolver)?);
         }
+        task = callbacks::with_task_hooks(task, &t.hooks, &resolver)?;
         for d in &t.dead_letter {
             task = task.dead_letter(
                 ctx.sink(d)

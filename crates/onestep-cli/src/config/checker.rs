@@ -38,6 +38,19 @@ impl<'a> Checker<'a> {
         }
     }
 
+    /// Reports fields of `map` not in `allowed`, strict or not: where the reference refuses
+    /// them when it builds the app (hooks, emit bindings and routes, callable refs).
+    pub fn unknown_fields_always(
+        &mut self,
+        map: &Map<String, Value>,
+        allowed: &[&str],
+        path: &str,
+    ) {
+        let strict = std::mem::replace(&mut self.strict, true);
+        self.unknown_fields(map, allowed, path);
+        self.strict = strict;
+    }
+
     /// Runs `read` over `map` at `path`, keeping the problems it finds.
     fn read<T>(
         &mut self,
@@ -69,7 +82,7 @@ impl<'a> Checker<'a> {
     }
 
     /// `v` as a non-empty string, the value at `path`.
-    fn string_value(&mut self, v: &Value, path: &str) -> Option<String> {
+    pub fn string_value(&mut self, v: &Value, path: &str) -> Option<String> {
         self.read(&Map::new(), "", |f| f.as_string(path, v))
     }
 
@@ -114,21 +127,6 @@ impl<'a> Checker<'a> {
         }
     }
 
-    fn no_transform(&mut self, m: &Map<String, Value>, path: &str) {
-        if m.contains_key("transform") {
-            self.problem(
-                &child(path, "transform"),
-                "emit transforms are not supported in YAML yet; transform in the handler",
-            );
-        }
-        if m.contains_key("when") {
-            self.problem(
-                &child(path, "when"),
-                "emit routes are not supported in YAML yet; route in the handler",
-            );
-        }
-    }
-
     /// A string or list of strings (resource references).
     pub fn names(&mut self, v: Option<&Value>, path: &str) -> Vec<String> {
         match v {
@@ -137,20 +135,8 @@ impl<'a> Checker<'a> {
             Some(Value::Array(items)) => items
                 .iter()
                 .enumerate()
-                .filter_map(|(i, item)| match item {
-                    Value::Object(m) if m.contains_key("sink") => {
-                        self.no_transform(m, &format!("{path}[{i}]"));
-                        self.unknown_fields(m, &["sink"], &format!("{path}[{i}]"));
-                        self.string(m, "sink", &format!("{path}[{i}]"))
-                    }
-                    other => self.string_value(other, &format!("{path}[{i}]")),
-                })
+                .filter_map(|(i, item)| self.string_value(item, &format!("{path}[{i}]")))
                 .collect(),
-            Some(Value::Object(m)) if m.contains_key("sink") => {
-                self.no_transform(m, path);
-                self.unknown_fields(m, &["sink"], path);
-                self.string(m, "sink", path).into_iter().collect()
-            }
             Some(other) => {
                 self.problem(
                     path,

@@ -2,7 +2,10 @@
 //! environment interpolation, validation into a typed [`AppSpec`], and building an app.
 
 pub mod build;
+pub mod callable;
+pub mod callbacks;
 pub mod checker;
+pub mod emit;
 pub mod env;
 pub mod problem;
 pub mod python;

@@ -5,20 +5,48 @@ use std::path::{Path, PathBuf};
 
 use onestep_python::{PythonConfig, PythonPool, RefCheck};
 
+use super::emit::EmitSpec;
 use super::problem::Problems;
 use super::spec::AppSpec;
 use super::yaml::Positions;
 use crate::registry::Registry;
 
-/// The handler refs of `spec` that run in Python, each with the YAML path of its first use.
+/// The refs of `spec` that run in Python (handlers that name no Rust handler; hooks,
+/// transforms and predicates that name no Rust callback), each with the YAML path of its first
+/// use.
 pub fn python_refs(spec: &AppSpec, registry: &Registry) -> Vec<(String, String)> {
     let mut refs: Vec<(String, String)> = Vec::new();
+    let mut add = |r: &str, path: &str| {
+        if !refs.iter().any(|(seen, _)| seen == r) {
+            refs.push((r.to_owned(), path.to_owned()));
+        }
+    };
     for t in &spec.tasks {
         if let Some((r, _)) = &t.handler
             && !registry.has_handler(r)
-            && !refs.iter().any(|(seen, _)| seen == r)
         {
-            refs.push((r.clone(), t.handler_path.clone()));
+            add(r, &t.handler_path);
+        }
+        let transforms = t.targets.iter().flat_map(|e| {
+            let when = match e {
+                EmitSpec::Route { when, .. } => Some(when),
+                EmitSpec::Binding(_) => None,
+            };
+            when.into_iter().chain(
+                e.bindings()
+                    .into_iter()
+                    .filter_map(|b| b.transform.as_ref()),
+            )
+        });
+        for c in transforms.chain(t.hooks.all()) {
+            if !registry.has_callback(&c.reference) {
+                add(&c.reference, &c.path);
+            }
+        }
+    }
+    for c in spec.hooks.all() {
+        if !registry.has_callback(&c.reference) {
+            add(&c.reference, &c.path);
         }
     }
     refs
@@ -58,7 +86,7 @@ pub async fn check_imports(
                     problems.add(
                         positions,
                         path.clone(),
-                        format!("Python handler {r:?} cannot be imported: {error}"),
+                        format!("Python ref {r:?} cannot be imported: {error}"),
                     );
                 }
             }

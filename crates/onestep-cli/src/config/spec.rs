@@ -7,7 +7,9 @@ use serde_json::{Map, Value};
 pub use onestep_core::catalog::{ResourceSpec, child, normalize_type, type_name};
 
 use super::Document;
+use super::callable::{AppHooksSpec, TaskHooksSpec, app_hooks, task_hooks};
 pub use super::checker::Checker;
+use super::emit::{EmitSpec, emit_targets};
 use super::problem::Problems;
 pub use super::retry::RetrySpec;
 use super::retry::retry_spec;
@@ -35,6 +37,8 @@ pub struct AppSpec {
     pub resources: Vec<ResourceSpec>,
     /// `tasks`, in document order.
     pub tasks: Vec<TaskSpec>,
+    /// Top-level `hooks`: `startup`, `shutdown`, `events`.
+    pub hooks: AppHooksSpec,
 }
 
 /// One entry of `tasks`.
@@ -46,8 +50,12 @@ pub struct TaskSpec {
     pub description: Option<String>,
     /// The source resource.
     pub source: Option<String>,
-    /// Emit sink resources.
+    /// Every sink `emit` may send to (route branches included), in YAML order.
     pub emit: Vec<String>,
+    /// `emit` as written: bindings with transforms and routes.
+    pub targets: Vec<EmitSpec>,
+    /// `hooks`: `before`, `after_success`, `on_failure`.
+    pub hooks: TaskHooksSpec,
     /// Dead-letter sink resources.
     pub dead_letter: Vec<String>,
     /// `config`, available as `ctx.task_config()`.
@@ -68,7 +76,15 @@ pub struct TaskSpec {
     pub path: String,
 }
 
-const TOP_LEVEL: &[&str] = &["apiVersion", "kind", "app", "resources", "tasks", "$schema"];
+const TOP_LEVEL: &[&str] = &[
+    "apiVersion",
+    "kind",
+    "app",
+    "resources",
+    "tasks",
+    "hooks",
+    "$schema",
+];
 const APP_FIELDS: &[&str] = &[
     "name",
     "shutdown_timeout_s",
@@ -115,7 +131,6 @@ pub fn validate(doc: &Document, registry: &Registry, strict: bool) -> Result<App
 fn app_spec(root: &Value, registry: &Registry, c: &mut Checker<'_>) -> Option<AppSpec> {
     let top = c.mapping(root, "")?;
     for (key, what) in [
-        ("hooks", "app-level hooks"),
         ("reporter", "the control-plane reporter"),
         (
             "connectors",
@@ -134,7 +149,7 @@ fn app_spec(root: &Value, registry: &Registry, c: &mut Checker<'_>) -> Option<Ap
     let top_known: Vec<&str> = TOP_LEVEL
         .iter()
         .copied()
-        .chain(["hooks", "reporter", "connectors", "sources", "sinks"])
+        .chain(["reporter", "connectors", "sources", "sinks"])
         .collect();
     c.unknown_fields(top, &top_known, "");
     match (top.get("apiVersion"), top.get("kind")) {
@@ -281,6 +296,7 @@ fn app_spec(root: &Value, registry: &Registry, c: &mut Checker<'_>) -> Option<Ap
         }
     }
 
+    let hooks = app_hooks(top.get("hooks"), registry, c);
     Some(AppSpec {
         name: name?,
         shutdown_timeout_s,
@@ -290,6 +306,7 @@ fn app_spec(root: &Value, registry: &Registry, c: &mut Checker<'_>) -> Option<Ap
         state,
         resources,
         tasks,
+        hooks,
     })
 }
 
@@ -343,14 +360,18 @@ fn task_spec(
             Role::Source,
         );
     }
-    let emit = c.names(map.get("emit"), &child(&path, "emit"));
-    for (j, e) in emit.iter().enumerate() {
-        let p = if map.get("emit").is_some_and(Value::is_array) {
-            format!("{path}.emit[{j}]")
-        } else {
-            child(&path, "emit")
-        };
-        resource_ref(c, registry, resources, e, &p, Role::Sink);
+    let targets = emit_targets(map.get("emit"), &child(&path, "emit"), registry, c);
+    let mut emit = Vec::new();
+    for binding in targets.iter().flat_map(EmitSpec::bindings) {
+        resource_ref(
+            c,
+            registry,
+            resources,
+            &binding.sink,
+            &binding.path,
+            Role::Sink,
+        );
+        emit.push(binding.sink.clone());
     }
     let dead_letter = c.names(map.get("dead_letter"), &child(&path, "dead_letter"));
     for d in &dead_letter {
@@ -421,12 +442,7 @@ fn task_spec(
             "is required when the task has no emit targets",
         );
     }
-    if map.get("hooks").is_some_and(|h| !h.is_null()) {
-        c.problem(
-            &child(&path, "hooks"),
-            "task hooks are not available in YAML yet; use a handler that wraps the work",
-        );
-    }
+    let hooks = task_hooks(map.get("hooks"), &child(&path, "hooks"), registry, c);
     let concurrency = c.opt_integer(map, "concurrency", &path, 1).unwrap_or(1);
     let timeout_s = c.opt_number(map, "timeout_s", &path, false);
     let retry = match map.get("retry") {
@@ -445,6 +461,8 @@ fn task_spec(
         description: c.opt_string(map, "description", &path),
         source,
         emit,
+        targets,
+        hooks,
         dead_letter,
         config: map.get("config").cloned().unwrap_or(Value::Null),
         metadata,

@@ -119,6 +119,7 @@ pub(crate) async fn execute(
                     connector: None,
                     sinks_succeeded: Vec::new(),
                     sinks_remaining: Vec::new(),
+                    traceback: None,
                 }),
             },
         }

@@ -114,6 +114,9 @@ impl TaskRuntime {
             Value::from(failure.exception_type.clone()),
         );
         failure_body.insert("message".into(), Value::from(failure.message.clone()));
+        if let Some(traceback) = &failure.traceback {
+            failure_body.insert("traceback".into(), Value::from(traceback.clone()));
+        }
         let mut body = Map::new();
         body.insert("payload".into(), envelope.body.clone());
         body.insert("failure".into(), Value::Object(failure_body));

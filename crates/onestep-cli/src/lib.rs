@@ -127,7 +127,7 @@ impl Cli {
         I: IntoIterator<Item = T>,
         T: Into<std::ffi::OsString> + Clone,
     {
-        let args = match command::Args::try_parse_from(args) {
+        let args = match command::Args::try_parse_from(command::file_as_run(args)) {
             Ok(args) => args,
             Err(err) => {
                 let _ = err.print();

@@ -12,13 +12,18 @@ fn example() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/sqlite-worker.yaml")
 }
 
-/// Runs the example worker with `flags`, submits one report, waits for its result, stops the
-/// worker with SIGTERM and returns the execution id and the worker's stdout lines.
+/// Runs the example worker with `flags` (`onestep run FILE …`, or `onestep FILE …` when
+/// `flags` starts with `"bare"`), submits one report, waits for its result, stops the worker
+/// with SIGTERM and returns the execution id and the worker's stdout lines.
 fn one_report(flags: &[&str]) -> (String, Vec<String>) {
+    let (bare, flags) = match flags.split_first() {
+        Some((&"bare", rest)) => (true, rest),
+        _ => (false, flags),
+    };
     let dir = tempfile::tempdir().unwrap();
     let dsn = format!("sqlite://{}", dir.path().join("log.db").display());
     let worker = Command::new(env!("CARGO_BIN_EXE_onestep"))
-        .arg("run")
+        .args(if bare { &[][..] } else { &["run"][..] })
         .arg(example())
         .args(flags)
         .env("ONESTEP_SQLITE_DSN", &dsn)
@@ -127,5 +132,25 @@ fn no_task_events_drops_the_event_lines_only() {
     assert!(
         lines.iter().any(|l| l.contains("task succeeded")),
         "the last flag wins: {lines:#?}"
+    );
+}
+
+#[test]
+fn a_file_as_the_first_argument_is_run() {
+    let (id, lines) = one_report(&["bare", "--log-format", "json"]);
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("\"task succeeded\"") && l.contains(&id)),
+        "{lines:#?}"
+    );
+    let help = Command::new(env!("CARGO_BIN_EXE_onestep"))
+        .arg("nowhere.yaml")
+        .output()
+        .unwrap();
+    assert_eq!(help.status.code(), Some(2), "{help:?}");
+    assert!(
+        String::from_utf8_lossy(&help.stderr).contains("cannot read nowhere.yaml"),
+        "{help:?}"
     );
 }

@@ -53,6 +53,34 @@ fn both_strict_checks_accept_the_hooks_routes_and_transforms() {
 }
 
 #[test]
+fn render_draws_routes_and_transforms_as_the_reference_draws_them() {
+    let render = |program: &Path, prefix: &[&str]| {
+        let output = Command::new(program)
+            .args(prefix)
+            .args(["render", "worker.yaml"])
+            .env("PARITY_OUT", "/tmp")
+            .current_dir(parity_dir())
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{output:?}");
+        String::from_utf8(output.stdout).unwrap()
+    };
+    let ours = render(Path::new(env!("CARGO_BIN_EXE_onestep")), &[]);
+    let reference = render(
+        onestep_testkit::reference::python(),
+        &[
+            "-c",
+            "import sys; from onestep.cli import main; sys.exit(main())",
+        ],
+    );
+    assert_eq!(ours, reference);
+    assert!(
+        ours.contains(r#"-->|"when parity_hooks:is_even · parity_hooks:double"|"#),
+        "{ours}"
+    );
+}
+
+#[test]
 fn hooks_routes_and_transforms_run_in_python_on_the_rust_runtime() {
     let out = tempfile::tempdir().unwrap();
     let mut worker = Command::new(env!("CARGO_BIN_EXE_onestep"))

@@ -1,4 +1,5 @@
-//! YAML files of the reference's SQL and broker resource types pass both `check --strict`s: this port's
+//! YAML files of the reference's SQL and broker resource types pass both `check --strict`s and
+//! render to the same Mermaid chart on both sides: this port's
 //! (`examples/sqlite-sources.yaml`, `examples/mysql-binlog.yaml`, `examples/rabbitmq-worker.yaml` and `examples/sqs-worker.yaml`
 //! as shipped) and the Python
 //! reference's (the same file with its `onestep:echo` handlers swapped for Python refs), so a
@@ -95,5 +96,39 @@ fn both_accept(file: &str, min_handlers: usize) {
         "the reference refused the file: {}{}",
         String::from_utf8_lossy(&reference.stdout),
         String::from_utf8_lossy(&reference.stderr)
+    );
+    assert_same_render(&file, dir.path());
+}
+
+/// `onestep render` prints what the reference's `onestep render` prints for `file`, byte for
+/// byte: node names as each runtime names its sources and sinks, the reference's class names.
+fn assert_same_render(file: &std::path::Path, dir: &std::path::Path) {
+    let sqlite = format!("sqlite:///{}", dir.join("shop.db").display());
+    let ours = Command::new(env!("CARGO_BIN_EXE_onestep"))
+        .arg("render")
+        .arg(file)
+        .current_dir(dir)
+        .env("ONESTEP_SQLITE_DSN", &sqlite)
+        .output()
+        .unwrap();
+    let reference = Command::new(onestep_testkit::reference::python())
+        .args([
+            "-c",
+            "import sys; from onestep.cli import main; sys.exit(main())",
+        ])
+        .arg("render")
+        .arg(file)
+        .current_dir(dir)
+        .env("PYTHONPATH", dir)
+        .env("ONESTEP_SQLITE_DSN", &sqlite)
+        .output()
+        .unwrap();
+    assert!(
+        ours.status.success() && reference.status.success(),
+        "{ours:?}\n{reference:?}"
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&ours.stdout),
+        String::from_utf8_lossy(&reference.stdout)
     );
 }

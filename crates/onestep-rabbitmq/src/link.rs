@@ -74,7 +74,7 @@ impl Inner {
     /// The state of a queue over `connector` with (validated) `options`.
     pub(crate) fn new(connector: RabbitMqConnector, options: RabbitMqQueueOptions) -> Result<Self> {
         Ok(Self {
-            name: format!("rabbitmq.queue:{}", options.queue),
+            name: options.queue.clone(),
             arguments: field_table("arguments", &options.arguments)?,
             bind_arguments: field_table("bind_arguments", &options.bind_arguments)?,
             exchange_arguments: field_table("exchange_arguments", &options.exchange_arguments)?,

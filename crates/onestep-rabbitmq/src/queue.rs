@@ -60,7 +60,7 @@ impl std::fmt::Debug for RabbitMqQueue {
 }
 
 impl RabbitMqQueue {
-    /// A queue over `connector`, named `rabbitmq.queue:<queue>`; no I/O until it opens.
+    /// A queue over `connector`, named after its queue, as in the reference; no I/O until it opens.
     pub fn new(connector: RabbitMqConnector, options: RabbitMqQueueOptions) -> Result<Self> {
         options.validate()?;
         Ok(Self {

@@ -225,7 +225,7 @@ fn random_suffix() -> String {
 }
 
 impl RedisStream {
-    /// A stream over `connector`, named `redis.stream:<stream>`; no I/O until it opens.
+    /// A stream over `connector`, named after its stream, as in the reference; no I/O until it opens.
     pub fn new(connector: RedisConnector, options: RedisStreamOptions) -> Result<Self> {
         options.validate()?;
         let consumer = options
@@ -235,7 +235,7 @@ impl RedisStream {
         let block = options.block.unwrap_or(options.poll_interval);
         Ok(Self {
             inner: Arc::new(Inner {
-                name: format!("redis.stream:{}", options.stream),
+                name: options.stream.clone(),
                 connector,
                 options,
                 consumer,

@@ -5,6 +5,7 @@ mod check;
 mod executions;
 mod init_db;
 mod quickstart;
+mod render;
 mod run;
 mod serve;
 
@@ -55,6 +56,33 @@ enum Command {
     ///
     /// Example: `onestep catalog --json`
     Catalog(catalog::CatalogArgs),
+    /// Print the worker's topology (sources, tasks, sinks) as a Mermaid flowchart, as the
+    /// reference's `onestep render` does.
+    ///
+    /// Example: `onestep render worker.yaml > worker.mmd`
+    Render(render::RenderArgs),
+}
+
+/// `onestep FILE …` means `onestep run FILE …`, as in the reference: a first argument that is
+/// neither an option nor a subcommand is the file to run.
+pub fn file_as_run<I, T>(args: I) -> Vec<std::ffi::OsString>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let mut args: Vec<std::ffi::OsString> = args.into_iter().map(Into::into).collect();
+    let Some(first) = args.get(1).and_then(|a| a.to_str()) else {
+        return args;
+    };
+    let command = <Args as clap::CommandFactory>::command();
+    let is_subcommand = first == "help"
+        || command
+            .get_subcommands()
+            .any(|c| c.get_name() == first || c.get_all_aliases().any(|a| a == first));
+    if !first.starts_with('-') && !is_subcommand {
+        args.insert(1, "run".into());
+    }
+    args
 }
 
 /// Options shared by commands that load a YAML file.
@@ -102,6 +130,7 @@ pub async fn dispatch(args: Args, registry: &Registry) -> u8 {
         Command::InitDb(a) => init_db::init_db(a).await,
         Command::Executions(a) => executions::executions(a).await,
         Command::Catalog(a) => catalog::catalog(a, registry),
+        Command::Render(a) => render::render(&a, registry),
         Command::Serve(a) => serve::run(a).await,
         Command::Quickstart(a) => quickstart::run(a).await,
     }

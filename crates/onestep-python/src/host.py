@@ -15,7 +15,9 @@ transform, predicate or event subscriber) gets its args as the reference's invok
 them: only as many positional args as the function takes; each arg is {"ctx": true},
 {"value": v}, {"failure": {...}}, {"event": {...}} or {"app": {...}}.
 Host -> Rust: {"op": "ready"}, {"op": "loaded", "id", "errors"}, {"op": "result", "id", "ok",
-"value" | "error" | "cancelled"}, {"op": "request", "id", "rid", "what", ...}.
+"value" | "error" | "cancelled"}, {"op": "request", "id", "rid", "what", ...},
+{"op": "log", "level", "logger", "message", "exc_info"?}: every logging record, which the Rust
+runtime logs with its own subscriber (text or the reference's JSON lines).
 
 Run as `python host.py --check REF...` it imports each ref and prints one JSON report instead.
 """
@@ -456,6 +458,24 @@ class Call:
         return await self.host.request(self.id, what, fields)
 
 
+class FrameLogHandler(logging.Handler):
+    """Sends each log record to the Rust runtime as a frame."""
+
+    def __init__(self, host):
+        super().__init__()
+        self.host = host
+
+    def emit(self, record):
+        try:
+            frame = {"op": "log", "level": record.levelno, "logger": record.name,
+                     "message": record.getMessage()}
+            if record.exc_info:
+                frame["exc_info"] = "".join(traceback.format_exception(*record.exc_info))
+            self.host.send(frame)
+        except Exception:
+            self.handleError(record)
+
+
 class Host:
     def __init__(self, reader, writer):
         self.reader, self.writer = reader, writer
@@ -636,9 +656,11 @@ def main(argv):
                 report[ref] = dict(ok=False, **describe(exc))
         writer.write(json.dumps(report).encode("utf-8"))
         return 0
-    logging.basicConfig(stream=sys.stderr, level=os.environ.get("ONESTEP_PYTHON_LOG_LEVEL", "INFO").upper(),
-                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    asyncio.run(Host(reader, writer).serve())
+    host = Host(reader, writer)
+    root = logging.getLogger()
+    root.setLevel(os.environ.get("ONESTEP_PYTHON_LOG_LEVEL", "INFO").upper())
+    root.addHandler(FrameLogHandler(host))
+    asyncio.run(host.serve())
     return 0
 
 

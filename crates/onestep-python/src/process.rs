@@ -233,16 +233,50 @@ pub(crate) fn host_command(interpreter: &Path, config: &PythonConfig) -> Command
         command.arg("--path").arg(path);
     }
     command.env("PYTHONUNBUFFERED", "1");
+    if std::env::var_os("ONESTEP_PYTHON_LOG_LEVEL").is_none() {
+        // Python's records are logged by this process's subscriber: ask for what it keeps.
+        let level = match tracing::level_filters::LevelFilter::current() {
+            tracing::level_filters::LevelFilter::TRACE
+            | tracing::level_filters::LevelFilter::DEBUG => "DEBUG",
+            tracing::level_filters::LevelFilter::INFO => "INFO",
+            tracing::level_filters::LevelFilter::WARN => "WARNING",
+            _ => "ERROR",
+        };
+        command.env("ONESTEP_PYTHON_LOG_LEVEL", level);
+    }
     command
 }
 
 fn route(routes: &Mutex<Option<HashMap<u64, Route>>>, msg: Value) {
+    if msg["op"] == "log" {
+        log_record(&msg);
+        return;
+    }
     let Some(id) = msg["id"].as_u64() else {
         tracing::warn!(%msg, "python host sent a frame without an id");
         return;
     };
     if let Some(tx) = lock(routes).as_ref().and_then(|r| r.get(&id)) {
         let _ = tx.send(msg);
+    }
+}
+
+/// A Python `logging` record, logged through `tracing` (target `python`, field `logger`) so it
+/// reaches the same subscriber, and in `--log-format json` the same JSON lines, as Rust's own.
+fn log_record(msg: &Value) {
+    let logger = msg["logger"].as_str().unwrap_or("root");
+    let message = msg["message"].as_str().unwrap_or_default();
+    let exc_info = msg["exc_info"].as_str();
+    macro_rules! emit {
+        ($level:ident) => {
+            tracing::$level!(target: "python", logger, exc_info, "{message}")
+        };
+    }
+    match msg["level"].as_u64().unwrap_or(20) {
+        0..=19 => emit!(debug),
+        20..=29 => emit!(info),
+        30..=39 => emit!(warn),
+        _ => emit!(error),
     }
 }
 

@@ -1,7 +1,8 @@
-//! `check` rules of the function refs besides handlers: task and app `hooks`, emit
-//! `{sink, transform}` bindings and `{when, then, otherwise}` routes. Each broken file names
-//! the exact YAML path and what was expected; unknown keys are refused strict or not, as the
-//! reference refuses them when it builds the app.
+//! `check` rules of the reference's shapes beyond resources and handlers: task and app `hooks`,
+//! emit `{sink, transform}` bindings and `{when, then, otherwise}` routes, `app.failure_capture`,
+//! the legacy top-level form. Each broken file names the exact YAML path and what was expected;
+//! unknown keys are refused strict or not where the reference refuses them when it builds the
+//! app.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -224,5 +225,95 @@ tasks:
                 "params": {"branch": "otherwise"},
             }),
         ]
+    );
+}
+
+#[test]
+fn failure_capture_fields_are_checked() {
+    let with = |capture: &str| {
+        VALID.replace(
+            "  name: demo\n",
+            &format!("  name: demo\n  failure_capture: {capture}\n"),
+        )
+    };
+    assert_eq!(
+        problems(&with(
+            "{directory: caps, mode: all, max_bytes: 10, redact_paths: [/body/a~1b]}"
+        )),
+        Vec::new()
+    );
+    expect(
+        &with("{mode: all}"),
+        "app.failure_capture.directory",
+        "is required",
+    );
+    expect(
+        &with("{directory: c, mode: some}"),
+        "app.failure_capture.mode",
+        "must be \"terminal\" or \"all\"",
+    );
+    expect(
+        &with("{directory: c, max_bytes: 0}"),
+        "app.failure_capture.max_bytes",
+        "must be an integer >= 1, got 0",
+    );
+    expect(
+        &with("{directory: c, redact_paths: [card]}"),
+        "app.failure_capture.redact_paths[0]",
+        "must be a JSON Pointer",
+    );
+    expect(
+        &with("{directory: c, redact_paths: [/a~2]}"),
+        "app.failure_capture.redact_paths[0]",
+        "JSON Pointer",
+    );
+    expect(
+        &with("{directory: c, dir: d}"),
+        "app.failure_capture.dir",
+        "unknown field",
+    );
+    expect(&with("[c]"), "app.failure_capture", "expected a mapping");
+}
+
+#[test]
+fn the_legacy_form_reads_as_the_reference_reads_it() {
+    let legacy = "apiVersion: onestep/v1alpha1
+kind: App
+name: old
+shutdown_timeout_s: 5
+config: {region: eu}
+connectors:
+  db: {type: sqlite, dsn: sqlite://demo.db}
+sources:
+  jobs: {type: sqlite_execution_source, connector: db, namespace: demo, task_names: [work]}
+sinks:
+  queue: {type: memory, maxsize: 10}
+resources:
+  queue: {type: memory, maxsize: 10}
+tasks:
+  - name: work
+    source: jobs
+    handler: onestep:echo
+    emit: queue
+";
+    assert_eq!(problems(legacy), Vec::new());
+    let clash = legacy.replace(
+        "sinks:\n  queue: {type: memory, maxsize: 10}",
+        "sinks:\n  queue: {type: memory, maxsize: 11}",
+    );
+    expect(
+        &clash,
+        "sinks.queue",
+        "is defined multiple times with different configs",
+    );
+    expect(
+        &VALID.replace("kind: App\n", "kind: App\nstate: s\n"),
+        "app",
+        "strict mode does not allow mixing 'app' with legacy top-level app fields: state",
+    );
+    expect(
+        &VALID.replace("  name: demo\n", "  name: demo\n  config: [1]\n"),
+        "app.config",
+        "expected a mapping, got a list",
     );
 }

@@ -375,19 +375,6 @@ fn reference_features_this_port_lacks_are_errors_not_silently_dropped() {
         "not supported by this port yet",
     );
     expect(
-        &VALID.replace("kind: App\n", "kind: App\nsinks: {}\n"),
-        "sinks",
-        "legacy `sinks` section",
-    );
-    expect(
-        &VALID.replace(
-            "  name: demo\n",
-            "  name: demo\n  failure_capture: {directory: x}\n",
-        ),
-        "app.failure_capture",
-        "not supported",
-    );
-    expect(
         &VALID.replace("    handler: onestep:echo\n", "    handler: null\n"),
         "tasks[0].handler",
         "is required when the task has no emit targets",

@@ -86,9 +86,10 @@ fn hooks_routes_and_transforms_run_in_python_on_the_rust_runtime() {
     let mut worker = Command::new(env!("CARGO_BIN_EXE_onestep"))
         .arg("run")
         .arg(parity_dir().join("worker.yaml"))
+        .args(["--log-format", "json"])
         .env("PARITY_OUT", out.path())
         .current_dir(parity_dir())
-        .stdout(Stdio::null())
+        .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
@@ -117,8 +118,20 @@ fn hooks_routes_and_transforms_run_in_python_on_the_rust_runtime() {
         .args(["-TERM", &worker.id().to_string()])
         .status()
         .unwrap();
-    let status = worker.wait().unwrap();
-    assert_eq!(status.code(), Some(0));
+    let output = worker.wait_with_output().unwrap();
+    assert_eq!(output.status.code(), Some(0));
+    // The handler's ctx.logger records are the worker's own JSON lines.
+    let logged = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        logged.lines().any(|line| {
+            serde_json::from_str::<Value>(line).is_ok_and(|l| {
+                l["logger"] == "onestep.parity.produce"
+                    && l["message"] == "produced 0"
+                    && l["level"] == "INFO"
+            })
+        }),
+        "{logged}"
+    );
 
     let startup = read_json(&out.path().join("startup.json")).expect("the startup hook ran");
     assert_eq!(startup["name"], "parity");

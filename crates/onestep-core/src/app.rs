@@ -33,6 +33,7 @@ pub struct AppBuilder {
     shutdown: Vec<LifecycleHook>,
     events: Vec<EventHandler>,
     log_task_events: bool,
+    capture: Option<Arc<crate::capture::FailureCaptureConfig>>,
 }
 
 impl AppBuilder {
@@ -112,6 +113,13 @@ impl AppBuilder {
         self
     }
 
+    /// Writes the envelope of failed attempts to a directory, as the reference's
+    /// `app.failure_capture` does (see [`capture`](crate::capture)); off by default.
+    pub fn failure_capture(mut self, config: crate::capture::FailureCaptureConfig) -> Self {
+        self.capture = Some(Arc::new(config));
+        self
+    }
+
     /// Checks every option and builds the app.
     ///
     /// Fails with a field-qualified message on an empty app name, a zero shutdown timeout, a
@@ -157,6 +165,7 @@ impl AppBuilder {
                     config.clone(),
                     state.clone(),
                     events.clone(),
+                    self.capture.clone(),
                 ))
             })
             .collect();
@@ -230,6 +239,7 @@ impl OneStepApp {
             shutdown: Vec::new(),
             events: Vec::new(),
             log_task_events: true,
+            capture: None,
         }
     }
 

@@ -33,6 +33,7 @@
 
 pub mod app;
 pub mod args;
+pub mod capture;
 pub mod catalog;
 pub mod clock;
 pub mod connector;

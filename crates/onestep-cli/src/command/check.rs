@@ -70,6 +70,7 @@ pub async fn check(args: CheckArgs, registry: &Registry) -> u8 {
         &config::build::BuildOptions {
             python,
             log_task_events: true,
+            diagnostic: None,
         },
     ) {
         Ok(app) => app,

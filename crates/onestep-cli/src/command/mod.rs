@@ -3,11 +3,13 @@
 mod catalog;
 mod check;
 mod executions;
+mod init;
 mod init_db;
 mod quickstart;
 mod render;
 mod run;
 mod serve;
+mod task;
 
 use std::path::PathBuf;
 
@@ -56,6 +58,17 @@ enum Command {
     ///
     /// Example: `onestep catalog --json`
     Catalog(catalog::CatalogArgs),
+    /// Create a working project: `worker.yaml`, a Python package with a demo handler,
+    /// `pyproject.toml` and `README.md` (the reference's `onestep init` files).
+    ///
+    /// Example: `onestep init my-worker --template webhook`
+    Init(init::InitArgs),
+    /// Run one delivery of one task locally: `task run` with a JSON payload file, `task replay`
+    /// with a captured failure (`app.failure_capture`). Sinks are recorded, not sent, unless
+    /// `--send`.
+    ///
+    /// Example: `onestep task run worker.yaml --task report --input payload.json`
+    Task(task::TaskArgs),
     /// Print the worker's topology (sources, tasks, sinks) as a Mermaid flowchart, as the
     /// reference's `onestep render` does.
     ///
@@ -131,6 +144,8 @@ pub async fn dispatch(args: Args, registry: &Registry) -> u8 {
         Command::Executions(a) => executions::executions(a).await,
         Command::Catalog(a) => catalog::catalog(a, registry),
         Command::Render(a) => render::render(&a, registry),
+        Command::Init(a) => init::init(&a),
+        Command::Task(a) => task::task(a, registry).await,
         Command::Serve(a) => serve::run(a).await,
         Command::Quickstart(a) => quickstart::run(a).await,
     }

@@ -65,6 +65,7 @@ pub async fn run(args: RunArgs, registry: &Registry) -> u8 {
         &config::build::BuildOptions {
             python: args.load.python_config(),
             log_task_events: !args.no_task_events,
+            diagnostic: None,
         },
     ) {
         Ok(app) => app,

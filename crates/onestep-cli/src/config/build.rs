@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use onestep_core::catalog::BuildContext;
-use onestep_core::{OneStepApp, Task, TaskContext};
+use onestep_core::{OneStepApp, Sink, Source, Task, TaskContext, TaskEvent};
 use serde_json::Value;
 
 use onestep_python::{PythonConfig, PythonPool};
@@ -16,12 +16,49 @@ use super::spec::AppSpec;
 use crate::registry::Registry;
 
 /// What the command line adds to a file when building its app.
-#[derive(Debug, Clone, Default)]
+#[derive(Clone, Default)]
 pub struct BuildOptions {
     /// How Python handlers start (refs that name no Rust handler).
     pub python: PythonConfig,
     /// Whether task events are logged (`run --no-task-events` turns it off).
     pub log_task_events: bool,
+    /// Build only one task, fed and watched by `onestep task run`/`replay`.
+    pub diagnostic: Option<Diagnostic>,
+}
+
+/// How a sink is used, for [`Diagnostic::wrap`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SinkUse {
+    /// An emit target (a binding or a route branch).
+    Emit,
+    /// A dead letter.
+    DeadLetter,
+}
+
+/// Wraps a sink the task sends to (see [`Diagnostic::wrap`]).
+pub type SinkWrap = Arc<dyn Fn(Arc<dyn Sink>, SinkUse) -> Arc<dyn Sink> + Send + Sync>;
+
+/// A diagnostic build: only `task`, its source replaced, its sinks wrapped, its events watched.
+#[derive(Clone)]
+pub struct Diagnostic {
+    /// The task to build.
+    pub task: String,
+    /// Makes the task's source from the name its configured source has at runtime.
+    pub source: Arc<dyn Fn(Option<String>) -> Arc<dyn Source> + Send + Sync>,
+    /// Wraps each sink the task sends to.
+    pub wrap: SinkWrap,
+    /// Sees every task event.
+    pub observe: Arc<dyn Fn(&TaskEvent) + Send + Sync>,
+}
+
+impl std::fmt::Debug for BuildOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BuildOptions")
+            .field("python", &self.python)
+            .field("log_task_events", &self.log_task_events)
+            .field("diagnostic", &self.diagnostic.as_ref().map(|d| &d.task))
+            .finish()
+    }
 }
 
 /// Builds the app. Errors name the resource or task path. Handler refs that name no Rust
@@ -40,6 +77,9 @@ pub fn build_app(
         .config(spec.config.clone())
         .shutdown_timeout(spec.shutdown_timeout_s.map(Duration::from_secs_f64))
         .log_task_events(options.log_task_events);
+    if let Some(capture) = &spec.failure_capture {
+        builder = builder.failure_capture(capture.clone());
+    }
     if let Some(state) = &spec.state {
         builder = builder.state(
             ctx.state_store(state)
@@ -55,9 +95,21 @@ pub fn build_app(
         builder = builder.resource(lifecycle);
     }
     let resolver = callbacks::Resolver::new(registry, pool.as_ref());
+    let diagnostic = options.diagnostic.as_ref();
+    let wrap = |sink: Arc<dyn Sink>, used: SinkUse| match diagnostic {
+        Some(d) => (d.wrap)(sink, used),
+        None => sink,
+    };
+    if let Some(d) = diagnostic {
+        let observe = d.observe.clone();
+        builder = builder.on_event(move |event| observe(event));
+    }
     builder =
         callbacks::with_app_hooks(builder, &spec.hooks, (&spec.name, &spec.config), &resolver)?;
     for t in &spec.tasks {
+        if diagnostic.is_some_and(|d| d.task != t.name) {
+            continue;
+        }
         let mut task = Task::new(&t.name)
             .concurrency(t.concurrency)
             .config(t.config.clone())
@@ -66,21 +118,32 @@ pub fn build_app(
         if let Some(d) = &t.description {
             task = task.description(d);
         }
-        if let Some(s) = &t.source {
-            task = task.source(
+        let source = match &t.source {
+            Some(s) => Some(
                 ctx.source(s)
                     .map_err(|e| format!("{}.source: {e}", t.path))?,
-            );
+            ),
+            None => None,
+        };
+        match (diagnostic, source) {
+            (Some(d), source) => {
+                task = task.source((d.source)(source.map(|s| s.name().to_owned())))
+            }
+            (None, Some(source)) => task = task.source(source),
+            (None, None) => {}
         }
         for target in &t.targets {
-            task = task.emit(callbacks::emit_target(target, &mut ctx, &resolver)?);
+            let emit_wrap = |sink| wrap(sink, SinkUse::Emit);
+            task = task.emit(callbacks::emit_target(
+                target, &mut ctx, &resolver, &emit_wrap,
+            )?);
         }
         task = callbacks::with_task_hooks(task, &t.hooks, &resolver)?;
         for d in &t.dead_letter {
-            task = task.dead_letter(
-                ctx.sink(d)
-                    .map_err(|err| format!("{}.dead_letter: {err}", t.path))?,
-            );
+            let sink = ctx
+                .sink(d)
+                .map_err(|err| format!("{}.dead_letter: {err}", t.path))?;
+            task = task.dead_letter(wrap(sink, SinkUse::DeadLetter));
         }
         if let Some(timeout) = t.timeout_s {
             task = task.timeout(Duration::from_secs_f64(timeout));

@@ -7,7 +7,8 @@ use std::sync::{Arc, Mutex};
 
 use onestep_core::catalog::BuildContext;
 use onestep_core::{
-    AppBuilder, BoxError, Emit, EmitBinding, EmitRoute, Task, TaskContext, TaskError, TaskEvent,
+    AppBuilder, BoxError, Emit, EmitBinding, EmitRoute, Sink, Task, TaskContext, TaskError,
+    TaskEvent,
 };
 use onestep_python::{CallbackArg, PythonCallback, PythonPool};
 use serde_json::{Value, json};
@@ -172,14 +173,15 @@ pub fn with_task_hooks(
     Ok(task)
 }
 
-/// Builds one `emit` entry.
+/// Builds one `emit` entry; each sink goes through `wrap` (the identity outside `onestep task`).
 pub fn emit_target(
     spec: &EmitSpec,
     ctx: &mut BuildContext<'_>,
     resolver: &Resolver<'_>,
+    wrap: &dyn Fn(Arc<dyn Sink>) -> Arc<dyn Sink>,
 ) -> Result<Emit, String> {
     match spec {
-        EmitSpec::Binding(b) => binding(b, ctx, resolver).map(Emit::from),
+        EmitSpec::Binding(b) => binding(b, ctx, resolver, wrap).map(Emit::from),
         EmitSpec::Route {
             when,
             then,
@@ -188,11 +190,11 @@ pub fn emit_target(
             let when = resolver.resolve(when)?;
             let then = then
                 .iter()
-                .map(|b| binding(b, ctx, resolver))
+                .map(|b| binding(b, ctx, resolver, wrap))
                 .collect::<Result<_, _>>()?;
             let otherwise = otherwise
                 .iter()
-                .map(|b| binding(b, ctx, resolver))
+                .map(|b| binding(b, ctx, resolver, wrap))
                 .collect::<Result<_, _>>()?;
             let route = EmitRoute::new_async(
                 move |ctx, payload, result| {
@@ -215,11 +217,12 @@ fn binding(
     spec: &BindingSpec,
     ctx: &mut BuildContext<'_>,
     resolver: &Resolver<'_>,
+    wrap: &dyn Fn(Arc<dyn Sink>) -> Arc<dyn Sink>,
 ) -> Result<EmitBinding, String> {
     let sink = ctx
         .sink(&spec.sink)
         .map_err(|e| format!("{}: {e}", spec.path))?;
-    let binding = EmitBinding::new(sink);
+    let binding = EmitBinding::new(wrap(sink));
     let Some(transform) = &spec.transform else {
         return Ok(binding);
     };

@@ -4,6 +4,7 @@
 pub mod build;
 pub mod callable;
 pub mod callbacks;
+pub mod capture;
 pub mod checker;
 pub mod emit;
 pub mod env;
@@ -67,6 +68,13 @@ pub enum LoadError {
     /// The environment is incomplete or a `.env` file is broken.
     #[error("{0}")]
     Env(String),
+    /// The target is a Python app (`package.module:attr`), not a file.
+    #[error(
+        "{0}: a Python app target (package.module:attr) cannot run on this runtime, which runs \
+         YAML files; describe the app in a worker.yaml (its handler, hook and transform refs \
+         may be Python functions)"
+    )]
+    PythonTarget(String),
 }
 
 /// Reads `path`, loads `.env` files and interpolates `${VAR}` references.
@@ -75,6 +83,9 @@ pub enum LoadError {
 /// else a `.env` next to the YAML when present. Variables already set in the process win.
 pub fn load(path: &Path, options: &LoadOptions) -> Result<Document, LoadError> {
     let display = path.display().to_string();
+    if !path.exists() && spec::is_python_ref(&display) {
+        return Err(LoadError::PythonTarget(display));
+    }
     let text = std::fs::read_to_string(path).map_err(|source| LoadError::Read {
         path: display.clone(),
         source,

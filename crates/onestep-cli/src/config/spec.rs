@@ -39,6 +39,8 @@ pub struct AppSpec {
     pub tasks: Vec<TaskSpec>,
     /// Top-level `hooks`: `startup`, `shutdown`, `events`.
     pub hooks: AppHooksSpec,
+    /// `app.failure_capture`: where failed attempts' envelopes are written.
+    pub failure_capture: Option<onestep_core::capture::FailureCaptureConfig>,
 }
 
 /// One entry of `tasks`.
@@ -96,6 +98,7 @@ const APP_FIELDS: &[&str] = &[
     "failure_capture",
 ];
 const LOGGING_FIELDS: &[&str] = &["level", "format"];
+const LEGACY_APP_FIELDS: [&str; 4] = ["name", "shutdown_timeout_s", "config", "state"];
 const TASK_FIELDS: &[&str] = &[
     "name",
     "description",
@@ -121,35 +124,32 @@ pub fn validate(doc: &Document, registry: &Registry, strict: bool) -> Result<App
         problems: Problems::new(doc.path.display().to_string()),
         strict,
     };
-    let spec = app_spec(&doc.value, registry, &mut c);
+    let absolute = std::path::absolute(&doc.path).unwrap_or_else(|_| doc.path.clone());
+    let spec = app_spec(&doc.value, absolute.to_str(), registry, &mut c);
     match spec {
         Some(spec) if c.problems.is_empty() => Ok(spec),
         _ => Err(c.problems),
     }
 }
 
-fn app_spec(root: &Value, registry: &Registry, c: &mut Checker<'_>) -> Option<AppSpec> {
+fn app_spec(
+    root: &Value,
+    config_path: Option<&str>,
+    registry: &Registry,
+    c: &mut Checker<'_>,
+) -> Option<AppSpec> {
     let top = c.mapping(root, "")?;
-    for (key, what) in [
-        ("reporter", "the control-plane reporter"),
-        (
-            "connectors",
-            "the legacy `connectors` section (use `resources`)",
-        ),
-        ("sources", "the legacy `sources` section (use `resources`)"),
-        ("sinks", "the legacy `sinks` section (use `resources`)"),
-    ] {
-        if top.get(key).is_some() {
-            c.problem(
-                key,
-                format!("{what} is not supported by this port yet; remove it"),
-            );
-        }
+    if top.get("reporter").is_some() {
+        c.problem(
+            "reporter",
+            "the control-plane reporter is not supported by this port yet; remove it",
+        );
     }
     let top_known: Vec<&str> = TOP_LEVEL
         .iter()
         .copied()
         .chain(["reporter", "connectors", "sources", "sinks"])
+        .chain(LEGACY_APP_FIELDS)
         .collect();
     c.unknown_fields(top, &top_known, "");
     match (top.get("apiVersion"), top.get("kind")) {
@@ -173,14 +173,34 @@ fn app_spec(root: &Value, registry: &Registry, c: &mut Checker<'_>) -> Option<Ap
         (None, None) => {}
     }
 
-    let empty = Map::new();
+    // The reference's legacy form: `name`, `shutdown_timeout_s`, `config` and `state` at the
+    // top level stand for an `app:` section; with `app:`, strict mode refuses them.
+    let legacy: Map<String, Value> = LEGACY_APP_FIELDS
+        .iter()
+        .filter_map(|k| top.get(*k).map(|v| ((*k).to_owned(), v.clone())))
+        .collect();
     let app = match top.get("app") {
-        Some(v) => c.mapping(v, "app").unwrap_or(&empty),
+        Some(v) => {
+            if c.strict && !legacy.is_empty() {
+                let keys: Vec<&str> = legacy.keys().map(String::as_str).collect();
+                c.problem(
+                    "app",
+                    format!(
+                        "strict mode does not allow mixing 'app' with legacy top-level app \
+                         fields: {}",
+                        keys.join(", ")
+                    ),
+                );
+            }
+            c.mapping(v, "app").cloned().unwrap_or_default()
+        }
+        None if !legacy.is_empty() => legacy,
         None => {
             c.problem("app", "is required (a mapping with at least `name`)");
-            &empty
+            Map::new()
         }
     };
+    let app = &app;
     c.unknown_fields(app, APP_FIELDS, "app");
     let name = c.string(app, "name", "app");
     let shutdown_timeout_s = match app.get("shutdown_timeout_s") {
@@ -188,12 +208,10 @@ fn app_spec(root: &Value, registry: &Registry, c: &mut Checker<'_>) -> Option<Ap
         None => Some(30.0),
         Some(_) => c.opt_number(app, "shutdown_timeout_s", "app", false),
     };
-    if app.get("failure_capture").is_some() {
-        c.problem(
-            "app.failure_capture",
-            "failure capture is not supported by this port yet; remove it",
-        );
-    }
+    let failure_capture = app
+        .get("failure_capture")
+        .filter(|v| !v.is_null())
+        .and_then(|v| super::capture::failure_capture(v, c));
     let state = c.opt_string(app, "state", "app");
     c.opt_bool(app, "strict_env", "app");
     if let Some(v) = app
@@ -230,14 +248,40 @@ fn app_spec(root: &Value, registry: &Registry, c: &mut Checker<'_>) -> Option<Ap
         }
     }
 
-    let mut resources = Vec::new();
-    if let Some(map) = top
-        .get("resources")
-        .filter(|v| !v.is_null())
-        .and_then(|v| c.mapping(v, "resources"))
-    {
+    let mut resources: Vec<ResourceSpec> = Vec::new();
+    // `connectors`, `sources` and `sinks` are the reference's older names for `resources`: the
+    // same specs, merged; a name defined twice must be defined the same way.
+    for section in ["resources", "connectors", "sources", "sinks"] {
+        let Some(map) = top
+            .get(section)
+            .filter(|v| !v.is_null())
+            .and_then(|v| c.mapping(v, section))
+        else {
+            continue;
+        };
         for (rname, rvalue) in map {
-            let path = child("resources", rname);
+            let path = child(section, rname);
+            if let Some(seen) = resources.iter().find(|r| &r.name == rname) {
+                let mut same = seen.fields.clone();
+                same.insert("type".into(), Value::String(seen.type_name.clone()));
+                let differs = rvalue.as_object().is_none_or(|m| {
+                    let mut m = m.clone();
+                    if let Some(Value::String(t)) = m.get("type") {
+                        let t = normalize_type(t);
+                        m.insert("type".into(), Value::String(t));
+                    }
+                    m != same
+                });
+                if differs {
+                    c.problem(
+                        &path,
+                        format!(
+                            "resource {rname:?} is defined multiple times with different configs"
+                        ),
+                    );
+                }
+                continue;
+            }
             let Some(fields) = c.mapping(rvalue, &path) else {
                 continue;
             };
@@ -297,16 +341,35 @@ fn app_spec(root: &Value, registry: &Registry, c: &mut Checker<'_>) -> Option<Ap
     }
 
     let hooks = app_hooks(top.get("hooks"), registry, c);
+    // As the reference: a mapping (`{}` when absent) that also says where the file is.
+    let mut config = match app.get("config") {
+        None | Some(Value::Null) => Map::new(),
+        Some(Value::Object(m)) => m.clone(),
+        Some(other) => {
+            c.problem(
+                "app.config",
+                format!("expected a mapping, got {}", type_name(other)),
+            );
+            Map::new()
+        }
+    };
+    if let Some(path) = config_path {
+        config
+            .entry("config_path")
+            .or_insert_with(|| Value::String(path.to_owned()));
+    }
+    let config = Value::Object(config);
     Some(AppSpec {
         name: name?,
         shutdown_timeout_s,
-        config: app.get("config").cloned().unwrap_or(Value::Null),
+        config,
         log_level,
         log_format,
         state,
         resources,
         tasks,
         hooks,
+        failure_capture,
     })
 }
 

@@ -11,6 +11,7 @@
 //! cancellation goes to the cancel path (retried; a tracked execution whose cancel was requested
 //! ends cancelled).
 
+use crate::capture::{CaptureError, CaptureMode, CaptureRecord, write_capture};
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -396,6 +397,7 @@ async fn handle_cancel(
             .await
             .map(|_| ());
         log_completion(rt, outcome);
+        capture_failure(rt, envelope, &failure, true).await;
         return;
     }
     retry_delivery(rt, delivery, None, &failure).await;
@@ -405,6 +407,7 @@ async fn handle_cancel(
         Some(started.elapsed()),
         Some(&failure),
     );
+    capture_failure(rt, envelope, &failure, false).await;
 }
 
 async fn handle_failure(
@@ -440,6 +443,7 @@ async fn handle_failure(
                 Some(started.elapsed()),
                 Some(&failure),
             );
+            capture_failure(rt, envelope, &failure, false).await;
         }
         RetryAction::Fail => {
             if !rt.task.dead_letter.is_empty() {
@@ -457,6 +461,7 @@ async fn handle_failure(
                             Some(started.elapsed()),
                             Some(&failure),
                         );
+                        capture_failure(rt, envelope, &failure, false).await;
                         return;
                     }
                 }
@@ -467,21 +472,58 @@ async fn handle_failure(
                     Some(&failure),
                 );
             }
-            if fail_delivery(rt, delivery, &failure).await {
-                rt.emit(
-                    TaskEventKind::Failed,
-                    envelope,
-                    Some(started.elapsed()),
-                    Some(&failure),
-                );
+            let terminal = fail_delivery(rt, delivery, &failure).await;
+            let kind = if terminal {
+                TaskEventKind::Failed
             } else {
-                rt.emit(
-                    TaskEventKind::Retried,
-                    envelope,
-                    Some(started.elapsed()),
-                    Some(&failure),
-                );
-            }
+                TaskEventKind::Retried
+            };
+            rt.emit(kind, envelope, Some(started.elapsed()), Some(&failure));
+            capture_failure(rt, envelope, &failure, terminal).await;
+        }
+    }
+}
+
+/// Writes the failed attempt's envelope when the app captures failures (`terminal` tells
+/// whether the delivery is finished); a capture that cannot be written is logged, never fails
+/// the delivery.
+async fn capture_failure(
+    rt: &TaskRuntime,
+    envelope: &Envelope,
+    failure: &FailureInfo,
+    terminal: bool,
+) {
+    let Some(config) = rt.capture.clone() else {
+        return;
+    };
+    if config.mode == CaptureMode::Terminal && !terminal {
+        return;
+    }
+    let (app, task) = (rt.app_name.clone(), rt.task_name.clone());
+    let (failure, envelope) = (failure.clone(), envelope.clone());
+    let written = tokio::task::spawn_blocking(move || {
+        let record = CaptureRecord {
+            app: &app,
+            task: &task,
+            terminal,
+            failure: &failure,
+            envelope: &envelope,
+        };
+        write_capture(&config, &record)
+    })
+    .await;
+    match written {
+        Ok(Ok(path)) => {
+            tracing::info!(task = %rt.task_name, path = %path.display(), terminal, "failure captured");
+        }
+        Ok(Err(CaptureError::Encoding(e))) => {
+            tracing::error!(task = %rt.task_name, error = %e, "failure capture encoding failed");
+        }
+        Ok(Err(e)) => {
+            tracing::error!(task = %rt.task_name, error = %e, "failure capture persistence failed");
+        }
+        Err(e) => {
+            tracing::error!(task = %rt.task_name, error = %e, "failure capture persistence failed");
         }
     }
 }

@@ -29,6 +29,7 @@ pub(crate) struct TaskRuntime {
     pub(crate) state: Arc<dyn StateStore>,
     pub(crate) sinks: Arc<[Arc<dyn Sink>]>,
     pub(crate) events: Arc<[EventHandler]>,
+    pub(crate) capture: Option<Arc<crate::capture::FailureCaptureConfig>>,
 }
 
 impl TaskRuntime {
@@ -38,6 +39,7 @@ impl TaskRuntime {
         config: Arc<Value>,
         state: Arc<dyn StateStore>,
         events: Arc<[EventHandler]>,
+        capture: Option<Arc<crate::capture::FailureCaptureConfig>>,
     ) -> Self {
         let handler = task.handler.clone().unwrap_or_else(Task::passthrough);
         let sinks: Vec<Arc<dyn Sink>> = task.emit.iter().flat_map(|e| e.sinks()).collect();
@@ -50,6 +52,7 @@ impl TaskRuntime {
             state,
             sinks: sinks.into(),
             events,
+            capture,
             task,
         }
     }

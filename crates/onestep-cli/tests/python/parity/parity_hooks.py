@@ -31,6 +31,7 @@ def on_event(event, *, prefix):
 async def produce(ctx, payload):
     count = await ctx.state.get("count", 0)
     await ctx.state.set("count", count + 1)
+    ctx.logger.info("produced %d", count)
     return {"n": count, "payload": payload}
 
 

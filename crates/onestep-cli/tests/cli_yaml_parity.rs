@@ -3,6 +3,7 @@
 //! The same file passes both `check --strict`s, ours and the Python reference's.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -91,6 +92,7 @@ fn hooks_routes_and_transforms_run_in_python_on_the_rust_runtime() {
         .current_dir(parity_dir())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
+        .process_group(0)
         .spawn()
         .unwrap();
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -114,8 +116,10 @@ fn hooks_routes_and_transforms_run_in_python_on_the_rust_runtime() {
         }
         std::thread::sleep(Duration::from_millis(100));
     };
+    // Ctrl-C in a terminal signals the whole process group, the Python processes included:
+    // they must still be there for the shutdown hook.
     Command::new("kill")
-        .args(["-TERM", &worker.id().to_string()])
+        .args(["-s", "INT", "--", &format!("-{}", worker.id())])
         .status()
         .unwrap();
     let output = worker.wait_with_output().unwrap();
@@ -174,6 +178,52 @@ fn hooks_routes_and_transforms_run_in_python_on_the_rust_runtime() {
         assert!(
             events.lines().any(|l| l == line),
             "{line:?} in events:\n{events}"
+        );
+    }
+}
+
+/// The startup hook feeds the queue through `app.resources`, the handler stops the app with
+/// `ctx.app.request_shutdown()`: the worker exits by itself, here as under the reference.
+#[test]
+fn python_feeds_its_own_queue_and_stops_the_app() {
+    for reference in [false, true] {
+        let out = tempfile::tempdir().unwrap();
+        let mut command = if reference {
+            let mut c = Command::new(onestep_testkit::reference::python());
+            c.args([
+                "-c",
+                "import sys; from onestep.cli import main; sys.exit(main())",
+            ]);
+            c
+        } else {
+            Command::new(env!("CARGO_BIN_EXE_onestep"))
+        };
+        let mut worker = command
+            .args(["run", "seeded.yaml"])
+            .env("PARITY_OUT", out.path())
+            .current_dir(parity_dir())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let status = loop {
+            if let Some(status) = worker.try_wait().unwrap() {
+                break status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the worker did not stop itself (reference: {reference})"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        let mut stderr = String::new();
+        std::io::Read::read_to_string(&mut worker.stderr.take().unwrap(), &mut stderr).unwrap();
+        assert_eq!(status.code(), Some(0), "reference: {reference}; {stderr}");
+        assert_eq!(
+            read_json(&out.path().join("taken.json")),
+            Some(serde_json::json!([0, 1, 2])),
+            "reference: {reference}"
         );
     }
 }

@@ -4,10 +4,27 @@
 use std::sync::Arc;
 
 use onestep_core::execution::codec::{decode_value, encode_value};
-use onestep_core::{FailureInfo, TaskContext, TaskError, TaskEvent};
+use onestep_core::{FailureInfo, Sink, TaskContext, TaskError, TaskEvent};
 use serde_json::{Map, Value, json};
 
 use crate::process::{Process, describe_exception, next_id};
+
+/// The app's resources Python may name (`app.resources`, `ctx.resources`): YAML name, runtime
+/// name, and the sink when it is one.
+pub(crate) type Exposed = Arc<std::sync::RwLock<Vec<(String, String, Option<Arc<dyn Sink>>)>>>;
+
+/// `[[name, runtime name, is a sink], …]`, as the host builds its proxies from.
+fn exposed_fields(exposed: &Exposed) -> Value {
+    let entries = exposed
+        .read()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    Value::Array(
+        entries
+            .iter()
+            .map(|(name, runtime, sink)| json!([name, runtime, sink.is_some()]))
+            .collect(),
+    )
+}
 
 /// Runs `reference(ctx, input, **params)` in `process` and returns its result.
 ///
@@ -16,6 +33,7 @@ use crate::process::{Process, describe_exception, next_id};
 /// other delivery's body is plain JSON, as the reference's brokers give it.
 pub(crate) async fn call(
     process: &Arc<Process>,
+    exposed: &Exposed,
     ctx: &TaskContext,
     reference: &str,
     params: &Value,
@@ -28,9 +46,9 @@ pub(crate) async fn call(
         "params": params,
         "codec": if tagged { "tagged" } else { "plain" },
         "payload": encode(tagged, input)?,
-        "ctx": context_fields(ctx, reference),
+        "ctx": context_fields(ctx, reference, exposed),
     });
-    exchange(process, Some(ctx), reference, tagged, message).await
+    exchange(process, exposed, Some(ctx), reference, tagged, message).await
 }
 
 /// One argument of a callback: what the reference passes its hooks, transforms, predicates and
@@ -69,6 +87,7 @@ pub(crate) enum Returns {
 /// with `ctx`'s cancellation and context requests when there is one.
 pub(crate) async fn callback(
     process: &Arc<Process>,
+    exposed: &Exposed,
     ctx: Option<&TaskContext>,
     reference: &str,
     params: &Value,
@@ -84,9 +103,11 @@ pub(crate) async fn callback(
                 CallbackArg::Value(v) => json!({"value": encode(tagged, v)?}),
                 CallbackArg::Failure(f) => json!({"failure": failure_fields(&f)}),
                 CallbackArg::Event(e) => json!({"event": event_fields(&e)}),
-                CallbackArg::App { name, config } => {
-                    json!({"app": {"name": name, "config": config}})
-                }
+                CallbackArg::App { name, config } => json!({"app": {
+                    "name": name,
+                    "config": config,
+                    "resources": exposed_fields(exposed),
+                }}),
             })
         })
         .collect::<Result<Vec<Value>, TaskError>>()?;
@@ -100,9 +121,9 @@ pub(crate) async fn callback(
         "discard": returns == Returns::Nothing,
     });
     if let Some(ctx) = ctx {
-        message["ctx"] = context_fields(ctx, reference);
+        message["ctx"] = context_fields(ctx, reference, exposed);
     }
-    exchange(process, ctx, reference, tagged, message).await
+    exchange(process, exposed, ctx, reference, tagged, message).await
 }
 
 fn encode(tagged: bool, value: Value) -> Result<Value, TaskError> {
@@ -114,8 +135,9 @@ fn encode(tagged: bool, value: Value) -> Result<Value, TaskError> {
 }
 
 /// What the host's `TaskContext` is made of.
-fn context_fields(ctx: &TaskContext, reference: &str) -> Value {
+fn context_fields(ctx: &TaskContext, reference: &str, exposed: &Exposed) -> Value {
     json!({
+        "resources": exposed_fields(exposed),
         "app": ctx.app_name(),
         "task": ctx.task_name(),
         "config": ctx.config(),
@@ -159,6 +181,7 @@ fn event_fields(event: &TaskEvent) -> Value {
 /// result.
 async fn exchange(
     process: &Arc<Process>,
+    exposed: &Exposed,
     ctx: Option<&TaskContext>,
     reference: &str,
     tagged: bool,
@@ -202,6 +225,7 @@ async fn exchange(
             }
             Some("request") => {
                 let reply = match ctx {
+                    _ if msg["what"] == "resource.publish" => publish(exposed, &msg).await,
                     Some(ctx) => serve(ctx, &msg).await,
                     None => Err("ctx is not available outside a delivery".to_owned()),
                 };
@@ -259,6 +283,27 @@ fn outcome(
         Some(traceback) => failure.with_traceback(traceback),
         None => failure,
     })
+}
+
+/// Publishes to a named sink for `app.resources[name].publish(...)`.
+async fn publish(exposed: &Exposed, msg: &Value) -> Result<Value, String> {
+    let name = msg["resource"].as_str().unwrap_or_default();
+    let sink = exposed
+        .read()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .iter()
+        .find(|(n, _, _)| n == name)
+        .map(|(_, _, sink)| sink.clone());
+    let sink = match sink {
+        Some(Some(sink)) => sink,
+        Some(None) => return Err(format!("resource {name:?} is not a sink")),
+        None => return Err(format!("unknown resource {name:?}")),
+    };
+    let meta = msg["meta"].as_object().cloned().unwrap_or_else(Map::new);
+    sink.publish(msg["body"].clone(), meta)
+        .await
+        .map(|()| Value::Null)
+        .map_err(|e| e.to_string())
 }
 
 /// Answers one context request of the running handler.

@@ -17,7 +17,8 @@ them: only as many positional args as the function takes; each arg is {"ctx": tr
 Host -> Rust: {"op": "ready"}, {"op": "loaded", "id", "errors"}, {"op": "result", "id", "ok",
 "value" | "error" | "cancelled"}, {"op": "request", "id", "rid", "what", ...},
 {"op": "log", "level", "logger", "message", "exc_info"?}: every logging record, which the Rust
-runtime logs with its own subscriber (text or the reference's JSON lines).
+runtime logs with its own subscriber (text or the reference's JSON lines);
+{"op": "control", "what": "request_shutdown"}: app.request_shutdown().
 
 Run as `python host.py --check REF...` it imports each ref and prints one JSON report instead.
 """
@@ -39,6 +40,7 @@ import traceback
 from datetime import datetime
 from decimal import Decimal
 from enum import Enum
+from collections.abc import Mapping
 from uuid import UUID
 
 TAG = "$onestep"
@@ -239,6 +241,20 @@ class Named:
         self.__dict__.update(fields)
 
 
+class App:
+    """ctx.app and a startup/shutdown hook's app: name, config, resources, and
+    request_shutdown(), which asks the Rust runtime to stop as the reference's app does."""
+
+    def __init__(self, host, name, config, resources):
+        self._host, self.name, self.config, self.resources = host, name, config, resources
+
+    def request_shutdown(self):
+        self._host.send({"op": "control", "what": "request_shutdown"})
+
+    def __repr__(self):
+        return "<App %s>" % self.name
+
+
 class ScopedState:
     """ctx.state: the app's state store under "<app>:<task>", kept by the Rust runtime."""
 
@@ -274,12 +290,57 @@ class ScopedState:
         return key
 
 
+class ResourceProxy:
+    """One named resource of the app. A sink (a queue, a topic, a table sink) takes
+    publish(body, meta=None) and send(envelope), carried out by the Rust runtime; anything else
+    is a Rust object that cannot cross the pipe."""
+
+    def __init__(self, call, name, runtime_name, is_sink):
+        self._call, self._key, self.name, self._is_sink = call, name, runtime_name, is_sink
+
+    def _sink(self):
+        if not self._is_sink:
+            raise TypeError("resource %r is not a sink: on the Rust runtime only sinks can be used "
+                            "from Python (publish/send); open your own client for the rest" % self._key)
+
+    async def publish(self, body, meta=None):
+        self._sink()
+        await self._call.request("resource.publish", resource=self._key, body=plain_json(body, "body"),
+                                 meta=plain_json(dict(meta or {}), "meta"))
+
+    async def send(self, envelope):
+        self._sink()
+        await self._call.request("resource.publish", resource=self._key,
+                                 body=plain_json(envelope.body, "body"),
+                                 meta=plain_json(dict(getattr(envelope, "meta", None) or {}), "meta"))
+
+    def __repr__(self):
+        return "<resource %s>" % self._key
+
+
+class Resources(Mapping):
+    """app.resources and ctx.resources: the YAML's resources by name."""
+
+    def __init__(self, call, entries):
+        self._proxies = {name: ResourceProxy(call, name, runtime, sink) for name, runtime, sink in entries or []}
+
+    def __getitem__(self, name):
+        return self._proxies[name]
+
+    def __iter__(self):
+        return iter(self._proxies)
+
+    def __len__(self):
+        return len(self._proxies)
+
+
 class TaskContext:
     """ctx: what a handler sees of one delivery, as the reference's TaskContext."""
 
     def __init__(self, call, info, metrics):
         self._call = call
-        self.app = Named(name=info["app"], config=info["config"])
+        self._resources = Resources(call, info.get("resources"))
+        self.app = App(call.host, info["app"], info["config"], self._resources)
         self.task = Named(name=info["task"], description=info.get("description"), config=info["task_config"],
                           metadata=info.get("metadata", {}), handler_ref=info.get("handler_ref"))
         self.config = info["config"]
@@ -300,8 +361,7 @@ class TaskContext:
 
     @property
     def resources(self):
-        raise RuntimeError("ctx.resources is not available to Python handlers on the Rust runtime: "
-                           "resources are Rust objects; open your own client in the handler module")
+        return self._resources
 
     async def emit(self, body, *, sink=None, meta=None):
         name = sink if sink is None or isinstance(sink, str) else getattr(sink, "name", None)
@@ -586,7 +646,8 @@ class Host:
                 elif "event" in arg:
                     args.append(TaskEvent(arg["event"]))
                 else:
-                    args.append(Named(**arg["app"]))
+                    app = arg["app"]
+                    args.append(App(self, app["name"], app["config"], Resources(call, app.get("resources"))))
             # The context reads the payload (ctx.current.body), so it is made once that is known.
             args = [TaskContext(call, msg["ctx"], self.metrics) if isinstance(a, dict) and "ctx" in a else a
                     for a in args]

@@ -6,10 +6,10 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use onestep_core::task::BoxFuture;
-use onestep_core::{Resource, TaskContext, TaskError};
+use onestep_core::{AppHandle, Resource, Sink, TaskContext, TaskError};
 use serde_json::Value;
 
-use crate::call::{CallbackArg, Returns, call, callback};
+use crate::call::{CallbackArg, Exposed, Returns, call, callback};
 use crate::config::PythonConfig;
 use crate::error::PythonError;
 use crate::process::{Process, host_command};
@@ -42,6 +42,8 @@ pub struct PythonPool {
     refs: Mutex<BTreeSet<String>>,
     processes: Mutex<Vec<Option<Arc<Process>>>>,
     spawning: tokio::sync::Mutex<()>,
+    exposed: Exposed,
+    app: Arc<Mutex<Option<AppHandle>>>,
 }
 
 /// The outcome of importing one ref with [`PythonPool::check`].
@@ -69,7 +71,28 @@ impl PythonPool {
             refs: Mutex::new(BTreeSet::new()),
             processes: Mutex::new(vec![None; size]),
             spawning: tokio::sync::Mutex::new(()),
+            exposed: Exposed::default(),
+            app: Arc::default(),
         }
+    }
+
+    /// The app Python's `app.request_shutdown()` stops; until it is set (the CLI sets it in a
+    /// startup hook) the request is logged and ignored.
+    pub fn set_app_handle(&self, handle: AppHandle) {
+        *lock(&self.app) = Some(handle);
+    }
+
+    /// Makes the resource `name` visible to Python as `app.resources[name]` and
+    /// `ctx.resources[name]` (`runtime_name` is its `.name`); a sink takes
+    /// `await r.publish(body, meta=None)` and `await r.send(envelope)`, anything else only
+    /// says what it is.
+    pub fn expose(&self, name: &str, runtime_name: &str, sink: Option<Arc<dyn Sink>>) {
+        let mut exposed = self
+            .exposed
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        exposed.retain(|(n, _, _)| n != name);
+        exposed.push((name.to_owned(), runtime_name.to_owned(), sink));
     }
 
     /// The configuration.
@@ -93,7 +116,7 @@ impl PythonPool {
                     .pick()
                     .await
                     .map_err(|e| TaskError::new("PythonWorkerUnavailable", e.to_string()))?;
-                call(&process, &ctx, &reference, &params, input).await
+                call(&process, &pool.exposed, &ctx, &reference, &params, input).await
             })
         })
     }
@@ -190,7 +213,18 @@ impl PythonPool {
         {
             return Ok(p.clone());
         }
-        let process = Process::spawn(&self.config).await?;
+        let app = self.app.clone();
+        let control: crate::process::Control =
+            Arc::new(
+                move |msg: &Value| match (msg["what"].as_str(), lock(&app).as_ref()) {
+                    (Some("request_shutdown"), Some(handle)) => {
+                        tracing::info!("shutdown requested by Python (app.request_shutdown())");
+                        handle.request_shutdown();
+                    }
+                    (what, _) => tracing::warn!(?what, "python control request ignored"),
+                },
+            );
+        let process = Process::spawn(&self.config, control).await?;
         let refs: Vec<String> = lock(&self.refs).iter().cloned().collect();
         if let Some((reference, error)) = process.load(&refs).await?.into_iter().next() {
             process.close().await;
@@ -260,7 +294,16 @@ impl PythonCallback {
             .pick()
             .await
             .map_err(|e| TaskError::new("PythonWorkerUnavailable", e.to_string()))?;
-        callback(&process, ctx, &self.reference, &self.params, args, returns).await
+        callback(
+            &process,
+            &self.pool.exposed,
+            ctx,
+            &self.reference,
+            &self.params,
+            args,
+            returns,
+        )
+        .await
     }
 }
 

@@ -26,6 +26,9 @@ pub(crate) fn next_id() -> u64 {
     NEXT_ID.fetch_add(1, Ordering::Relaxed)
 }
 
+/// What receives the host's control frames.
+pub(crate) type Control = Arc<dyn Fn(&Value) + Send + Sync>;
+
 /// Messages from the host, routed by their `id`.
 type Route = mpsc::UnboundedSender<Value>;
 
@@ -41,7 +44,11 @@ pub(crate) struct Process {
 
 impl Process {
     /// Starts the host with `config`'s interpreter and waits for it to say it is ready.
-    pub(crate) async fn spawn(config: &PythonConfig) -> Result<Arc<Self>, PythonError> {
+    /// `control` gets the host's control frames (`app.request_shutdown()`).
+    pub(crate) async fn spawn(
+        config: &PythonConfig,
+        control: Control,
+    ) -> Result<Arc<Self>, PythonError> {
         let interpreter = config
             .resolve_interpreter()
             .ok_or(PythonError::NoInterpreter)?;
@@ -51,6 +58,9 @@ impl Process {
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .kill_on_drop(true);
+        // Its own process group: a Ctrl-C in the terminal signals the Rust runtime, which
+        // stops gracefully and closes the pipes, not the Python processes in mid-call.
+        command.process_group(0);
         let mut child = command.spawn().map_err(|source| PythonError::Spawn {
             interpreter: interpreter.display().to_string(),
             source,
@@ -103,6 +113,7 @@ impl Process {
             tokio::spawn(async move {
                 let why = loop {
                     match frame::read(&mut stdout).await {
+                        Ok(Some(msg)) if msg["op"] == "control" => control(&msg),
                         Ok(Some(msg)) => route(&routes, msg),
                         Ok(None) => break None,
                         Err(e) => break Some(format!("its pipe broke: {e}")),

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use onestep_core::catalog::BuildContext;
+use onestep_core::catalog::{BuildContext, Built};
 use onestep_core::{OneStepApp, Sink, Source, Task, TaskContext, TaskEvent};
 use serde_json::Value;
 
@@ -90,6 +90,22 @@ pub fn build_app(
         .then(|| Arc::new(PythonPool::new(options.python.clone())));
     if let Some(pool) = &pool {
         builder = builder.resource(pool.clone());
+        for r in &spec.resources {
+            let built = ctx.get(&r.name).map_err(|e| e.to_string())?;
+            let sink = match &built {
+                Built::Sink(s) | Built::Both { sink: s, .. } => Some(s.clone()),
+                _ => None,
+            };
+            let runtime = built
+                .resource()
+                .map_or_else(|| r.name.clone(), |res| res.name().to_owned());
+            pool.expose(&r.name, &runtime, sink);
+        }
+        let pool = pool.clone();
+        builder = builder.on_startup(move |handle| {
+            pool.set_app_handle(handle);
+            async { Ok(()) }
+        });
     }
     for lifecycle in ctx.take_lifecycles() {
         builder = builder.resource(lifecycle);

@@ -343,12 +343,18 @@ mod tests {
         };
         let path = write_capture(&config, &record).unwrap();
         let loaded = load_capture(&path, Some("a"), Some("t")).unwrap();
-        assert_eq!(loaded.envelope.body, json!({"pair": tuple, "password": "<redacted>"}));
+        assert_eq!(
+            loaded.envelope.body,
+            json!({"pair": tuple, "password": "<redacted>"})
+        );
         assert_eq!(loaded.envelope.attempts, 2);
         assert_eq!(loaded.redacted_paths, ["/body/password"]);
         assert_eq!(loaded.stage, "handler");
         let wrong = load_capture(&path, Some("other"), None).unwrap_err();
-        assert!(wrong.to_string().contains("capture app mismatch"), "{wrong}");
+        assert!(
+            wrong.to_string().contains("capture app mismatch"),
+            "{wrong}"
+        );
         config.max_bytes = 10;
         assert!(matches!(
             write_capture(&config, &record),

@@ -61,3 +61,23 @@ def reject(ctx, payload):
 
 def note_failure(ctx, payload, failure):
     _write(_out(ctx), "failure-%d.json" % payload["n"], failure.as_dict() | {"kind": failure.kind.value})
+
+
+# --- seeded.yaml -----------------------------------------------------------------------------
+
+
+async def seed(app):
+    queue = app.resources["incoming"]
+    for n in range(app.config["expected_rows"]):
+        await queue.publish({"n": n, "via": queue.name})
+
+
+_seen = []
+
+
+def take_and_stop(ctx, payload):
+    _seen.append(payload["n"])
+    _write(_out(ctx), "taken.json", sorted(_seen))
+    if len(_seen) >= ctx.config["expected_rows"]:
+        ctx.app.request_shutdown()
+    return payload

@@ -25,6 +25,7 @@ pub mod builtin;
 pub mod command;
 pub mod config;
 pub mod logging;
+pub mod probes;
 pub mod registry;
 
 use std::future::Future;

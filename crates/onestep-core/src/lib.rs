@@ -43,6 +43,7 @@ pub mod error;
 pub mod event;
 pub mod execution;
 pub mod failure;
+pub mod metrics;
 pub mod retry;
 mod runtime;
 pub mod source;

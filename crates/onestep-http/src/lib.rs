@@ -49,6 +49,7 @@ mod body;
 pub mod catalog;
 pub mod client;
 mod error;
+pub mod metrics;
 mod openapi;
 pub mod outbound;
 pub mod server;

@@ -71,6 +71,7 @@ pub async fn check(args: CheckArgs, registry: &Registry) -> u8 {
             python,
             log_task_events: true,
             diagnostic: None,
+            metrics_addr: None,
         },
     ) {
         Ok(app) => app,

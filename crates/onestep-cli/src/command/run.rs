@@ -22,6 +22,10 @@ pub struct RunArgs {
     /// Do not log task events (their subscribers still run).
     #[arg(long, overrides_with = "task_events")]
     no_task_events: bool,
+    /// Serve Prometheus `/metrics`, `/healthz` and `/readyz` on HOST:PORT (`:PORT` binds every
+    /// interface), as the reference's `--metrics-addr`.
+    #[arg(long, value_name = "HOST:PORT", value_parser = crate::probes::parse_addr)]
+    metrics_addr: Option<std::net::SocketAddr>,
 }
 
 const LEVELS: [&str; 7] = [
@@ -66,6 +70,7 @@ pub async fn run(args: RunArgs, registry: &Registry) -> u8 {
             python: args.load.python_config(),
             log_task_events: !args.no_task_events,
             diagnostic: None,
+            metrics_addr: args.metrics_addr,
         },
     ) {
         Ok(app) => app,

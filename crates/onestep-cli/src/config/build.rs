@@ -24,6 +24,8 @@ pub struct BuildOptions {
     pub log_task_events: bool,
     /// Build only one task, fed and watched by `onestep task run`/`replay`.
     pub diagnostic: Option<Diagnostic>,
+    /// Serve `/metrics`, `/healthz` and `/readyz` here (`run --metrics-addr`).
+    pub metrics_addr: Option<std::net::SocketAddr>,
 }
 
 /// How a sink is used, for [`Diagnostic::wrap`].
@@ -57,6 +59,7 @@ impl std::fmt::Debug for BuildOptions {
             .field("python", &self.python)
             .field("log_task_events", &self.log_task_events)
             .field("diagnostic", &self.diagnostic.as_ref().map(|d| &d.task))
+            .field("metrics_addr", &self.metrics_addr)
             .finish()
     }
 }
@@ -122,6 +125,29 @@ pub fn build_app(
     }
     builder =
         callbacks::with_app_hooks(builder, &spec.hooks, (&spec.name, &spec.config), &resolver)?;
+    if let Some(addr) = options.metrics_addr {
+        let mut probed = Vec::new();
+        for t in &spec.tasks {
+            let source = match &t.source {
+                Some(s) => {
+                    let name = ctx.source(s).map_err(|e| e.to_string())?.name().to_owned();
+                    let class = spec
+                        .resources
+                        .iter()
+                        .find(|r| &r.name == s)
+                        .and_then(|r| registry.catalog().get(&r.type_name))
+                        .map_or_else(|| s.clone(), |c| c.class_name().to_owned());
+                    Some((name, class))
+                }
+                None => None,
+            };
+            probed.push(crate::probes::ProbedTask {
+                task: t.name.clone(),
+                source,
+            });
+        }
+        builder = crate::probes::install(builder, addr, &spec.name, probed);
+    }
     for t in &spec.tasks {
         if diagnostic.is_some_and(|d| d.task != t.name) {
             continue;

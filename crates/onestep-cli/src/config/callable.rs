@@ -3,10 +3,10 @@
 //! names a Rust callback the binary registered ([`Registry::callback`]) or, shaped
 //! `package.module:attr`, a Python function.
 
+use onestep_core::catalog::{child, type_name};
 use serde_json::{Map, Value};
 
 use super::checker::Checker;
-use super::spec::{child, is_python_ref, type_name};
 use crate::registry::Registry;
 
 /// One function ref with its params and where it was written.
@@ -182,4 +182,18 @@ fn hooks_map<'v>(
     let map = c.mapping(value.filter(|v| !v.is_null())?, path)?;
     c.unknown_fields_always(map, keys, path);
     Some(map)
+}
+
+/// Whether `reference` has the shape of a Python ref, `package.module:attr.path`: a dotted
+/// module name, one colon, a dotted attribute path, every part an identifier.
+pub fn is_python_ref(reference: &str) -> bool {
+    let identifier = |part: &str| {
+        let mut chars = part.chars();
+        chars.next().is_some_and(|c| c == '_' || c.is_alphabetic())
+            && chars.all(|c| c == '_' || c.is_alphanumeric())
+    };
+    let dotted = |s: &str| !s.is_empty() && s.split('.').all(identifier);
+    reference
+        .split_once(':')
+        .is_some_and(|(module, attr)| dotted(module) && dotted(attr))
 }

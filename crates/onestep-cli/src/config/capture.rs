@@ -2,10 +2,10 @@
 //! reference checks it (unknown keys refused with or without `--strict`).
 
 use onestep_core::capture::{CaptureMode, FailureCaptureConfig};
+use onestep_core::catalog::type_name;
 use serde_json::Value;
 
 use super::checker::Checker;
-use super::spec::type_name;
 
 const PATH: &str = "app.failure_capture";
 

@@ -10,11 +10,11 @@
 //!     otherwise: small
 //! ```
 
+use onestep_core::catalog::{child, type_name};
 use serde_json::{Map, Value};
 
 use super::callable::{CallableRef, callable};
 use super::checker::Checker;
-use super::spec::{child, type_name};
 use crate::registry::Registry;
 
 /// A sink with an optional transform.

@@ -7,6 +7,7 @@ use serde_json::{Map, Value};
 pub use onestep_core::catalog::{ResourceSpec, child, normalize_type, type_name};
 
 use super::Document;
+pub use super::callable::is_python_ref;
 use super::callable::{AppHooksSpec, TaskHooksSpec, app_hooks, task_hooks};
 pub use super::checker::Checker;
 use super::emit::{EmitSpec, emit_targets};
@@ -536,18 +537,4 @@ fn task_spec(
         retry,
         path,
     })
-}
-
-/// Whether `reference` has the shape of a Python ref, `package.module:attr.path`: a dotted
-/// module name, one colon, a dotted attribute path, every part an identifier.
-pub fn is_python_ref(reference: &str) -> bool {
-    let identifier = |part: &str| {
-        let mut chars = part.chars();
-        chars.next().is_some_and(|c| c == '_' || c.is_alphabetic())
-            && chars.all(|c| c == '_' || c.is_alphanumeric())
-    };
-    let dotted = |s: &str| !s.is_empty() && s.split('.').all(identifier);
-    reference
-        .split_once(':')
-        .is_some_and(|(module, attr)| dotted(module) && dotted(attr))
 }

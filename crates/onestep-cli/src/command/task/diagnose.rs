@@ -108,6 +108,7 @@ pub async fn diagnose(
         python: python.clone(),
         log_task_events: false,
         diagnostic: Some(diagnostic),
+        metrics_addr: None,
     };
     let app = build_app(spec, registry, &options)?;
     let handle = app.handle();

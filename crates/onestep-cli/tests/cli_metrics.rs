@@ -156,3 +156,80 @@ fn the_families_are_the_references() {
     }
     assert_eq!(seen[0], seen[1], "ours, then the reference's");
 }
+
+/// `onestep serve` counts its requests by route template and serves them at `/metrics`, behind
+/// the bearer token when one is set.
+#[test]
+fn serve_counts_requests_by_route_and_guards_metrics_with_the_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let dsn = format!("sqlite://{}", dir.path().join("api.db").display());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_onestep"))
+        .args([
+            "serve",
+            "--dsn",
+            &dsn,
+            "--namespace",
+            "m",
+            "--listen",
+            "127.0.0.1:0",
+            "--auto-create",
+            "--bearer-token",
+            "s3cret",
+            "--allow-task",
+            "t",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("serving http://") {
+        line.clear();
+        assert!(std::io::BufRead::read_line(&mut stdout, &mut line).unwrap() > 0, "serve exited");
+    }
+    let port: u16 = line
+        .split("http://127.0.0.1:")
+        .nth(1)
+        .and_then(|rest| rest.split('/').next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("an address in {line:?}"));
+    let get = |path: &str, token: bool| {
+        let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let auth = if token {
+            "Authorization: Bearer s3cret\r\n"
+        } else {
+            ""
+        };
+        write!(
+            stream,
+            "GET {path} HTTP/1.1\r\nHost: x\r\n{auth}Connection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut response = String::new();
+        stream.read_to_string(&mut response).unwrap();
+        response
+    };
+    let id = "0190f5a8-2d84-7c3a-9d1e-4f1b2c3d4e5f";
+    assert!(get(&format!("/v1/executions/{id}"), true).starts_with("HTTP/1.1 404"));
+    assert!(get("/nowhere", true).starts_with("HTTP/1.1 404"));
+    assert!(
+        get("/metrics", false).starts_with("HTTP/1.1 401"),
+        "the token guards /metrics"
+    );
+    let metrics = get("/metrics", true);
+    stop(child);
+    assert!(metrics.starts_with("HTTP/1.1 200"), "{metrics}");
+    for expected in [
+        r#"onestep_http_requests_total{method="GET",route="/v1/executions/{id}",status="404"} 1"#,
+        r#"onestep_http_requests_total{method="GET",route="unmatched",status="404"} 1"#,
+        r#"onestep_http_requests_total{method="GET",route="/metrics",status="401"} 1"#,
+        "# TYPE onestep_http_request_duration_seconds histogram",
+        "onestep_http_busy_rejections_total 0",
+    ] {
+        assert!(
+            metrics.lines().any(|l| l == expected),
+            "{expected} in\n{metrics}"
+        );
+    }
+}

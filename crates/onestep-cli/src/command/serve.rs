@@ -2,6 +2,7 @@
 
 use onestep_core::execution::ExecutionClient;
 use onestep_http::ExecutionApi;
+use onestep_http::metrics::{HttpMetrics, api_metrics_route, with_http_metrics};
 use onestep_sql::{BackendOptions, Dialect, SqlExecutionBackend};
 
 use super::with_dialect;
@@ -80,6 +81,16 @@ async fn serve<D: Dialect>(args: &ServeArgs) -> anyhow::Result<()> {
     if let Some(token) = &args.bearer_token {
         api = api.bearer_token(token.clone());
     }
+    let metrics = std::sync::Arc::new(HttpMetrics::default());
+    let counters = std::sync::Arc::new(onestep_http::server::ServerCounters::default());
+    let router = with_http_metrics(
+        api.router().merge(api_metrics_route(
+            metrics.clone(),
+            counters.clone(),
+            args.bearer_token.clone(),
+        )),
+        metrics,
+    );
     let listener = onestep_http::bind(&args.listen).await?;
     // One start-up line, for people and for scripts that read the address (the port of
     // `--listen 127.0.0.1:0`); the log has its own (one) event.
@@ -97,7 +108,8 @@ async fn serve<D: Dialect>(args: &ServeArgs) -> anyhow::Result<()> {
         limits = limits.max_connections(max as usize)?;
     }
     tracing::debug!(?limits, "connection limits");
-    onestep_http::server::serve_with(listener, api.router(), limits, shutdown_signal()).await?;
+    onestep_http::server::serve_counted(listener, router, limits, counters, shutdown_signal())
+        .await?;
     Ok(())
 }
 

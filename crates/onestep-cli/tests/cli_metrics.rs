@@ -186,7 +186,10 @@ fn serve_counts_requests_by_route_and_guards_metrics_with_the_token() {
     let mut line = String::new();
     while !line.contains("serving http://") {
         line.clear();
-        assert!(std::io::BufRead::read_line(&mut stdout, &mut line).unwrap() > 0, "serve exited");
+        assert!(
+            std::io::BufRead::read_line(&mut stdout, &mut line).unwrap() > 0,
+            "serve exited"
+        );
     }
     let port: u16 = line
         .split("http://127.0.0.1:")

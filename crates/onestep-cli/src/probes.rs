@@ -97,14 +97,14 @@ impl Probe {
     }
 }
 
-/// Adds the exporter and the probe listener on `addr` to `builder`.
+/// Adds `exporter` and the probe listener on `addr` to `builder`.
 pub fn install(
     builder: AppBuilder,
+    exporter: Arc<PrometheusExporter>,
     addr: SocketAddr,
     app: &str,
     tasks: Vec<ProbedTask>,
 ) -> AppBuilder {
-    let exporter = Arc::new(PrometheusExporter::new(env!("CARGO_PKG_VERSION")));
     let probe = Arc::new(Probe {
         app: app.to_owned(),
         tasks,

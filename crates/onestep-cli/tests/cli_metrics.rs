@@ -107,6 +107,15 @@ fn metrics_health_and_readiness_answer_over_http() {
         "{metrics}"
     );
     assert!(metrics.contains("# TYPE onestep_task_duration_seconds histogram"));
+    // The Python handler's ctx.metrics counter, as the reference renders custom series.
+    assert!(
+        metrics.contains("# TYPE produced_total counter"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(r#"produced_total{task="produce",source="tick"} "#),
+        "{metrics}"
+    );
     let health: Value = serde_json::from_str(&until(port, "/healthz", |_| true)).unwrap();
     assert_eq!(health["status"], "ok", "{health}");
     assert_eq!(health["app"], "parity");

@@ -31,6 +31,9 @@ pub const BUCKETS: [f64; 12] = [
 
 type Series = (String, String);
 
+/// A custom family's values by their labels (`task` first).
+type CustomSeries = BTreeMap<Vec<(String, String)>, f64>;
+
 #[derive(Default)]
 struct Histogram {
     count: u64,
@@ -48,7 +51,44 @@ struct State {
     dead_lettered: BTreeMap<Series, u64>,
     cancelled: BTreeMap<Series, u64>,
     failures: BTreeMap<(String, String, &'static str), u64>,
+    /// Custom series (handlers' `ctx.metrics`): by name, its kind and values by labels
+    /// (`task` first, then the user's, sorted).
+    custom: BTreeMap<String, (CustomKind, CustomSeries)>,
 }
+
+/// A custom series' kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CustomKind {
+    /// Only grows: updates are increments.
+    Counter,
+    /// Set to a value.
+    Gauge,
+}
+
+impl CustomKind {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Counter => "counter",
+            Self::Gauge => "gauge",
+        }
+    }
+}
+
+/// The families the exporter owns; a custom series may not take one of these names.
+const RESERVED: [&str; 12] = [
+    "onestep_tasks_processed_total",
+    "onestep_task_duration_seconds",
+    "onestep_task_duration_seconds_bucket",
+    "onestep_task_duration_seconds_count",
+    "onestep_task_duration_seconds_sum",
+    "onestep_inflight_tasks",
+    "onestep_tasks_retried_total",
+    "onestep_tasks_dead_lettered_total",
+    "onestep_tasks_cancelled_total",
+    "onestep_deliveries_fetched_total",
+    "onestep_task_failures_total",
+    "onestep_build_info",
+];
 
 /// Counts task events into the reference's metric families.
 pub struct PrometheusExporter {
@@ -128,6 +168,41 @@ impl PrometheusExporter {
                 *state.cancelled.entry(series.clone()).or_default() += 1;
                 state.finish(series, duration);
             }
+        }
+    }
+
+    /// Updates a handler's custom series (the reference's `ctx.metrics.counter(…).inc(n)` and
+    /// `gauge(…).set(v)`): a counter grows by `value`, a gauge becomes `value`. Rendered after
+    /// the runtime's families with a `task` label first; a reserved name is ignored.
+    pub fn update_custom(
+        &self,
+        task: &str,
+        name: &str,
+        kind: CustomKind,
+        labels: &BTreeMap<String, String>,
+        value: f64,
+    ) {
+        if RESERVED.contains(&name) || !value.is_finite() {
+            return;
+        }
+        let mut state = self
+            .state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let family = state
+            .custom
+            .entry(name.to_owned())
+            .or_insert_with(|| (kind, BTreeMap::new()));
+        if family.0 != kind {
+            return;
+        }
+        let key: Vec<(String, String)> = std::iter::once(("task".to_owned(), task.to_owned()))
+            .chain(labels.iter().map(|(k, v)| (k.clone(), v.clone())))
+            .collect();
+        let slot = family.1.entry(key).or_insert(0.0);
+        match kind {
+            CustomKind::Counter => *slot += value,
+            CustomKind::Gauge => *slot = value,
         }
     }
 
@@ -261,6 +336,16 @@ impl PrometheusExporter {
             &[("version", &self.version)],
             1.0,
         );
+        for (name, (kind, series)) in &state.custom {
+            let _ = writeln!(out, "# TYPE {name} {}", kind.as_str());
+            for (labels, value) in series {
+                let labels: Vec<(&str, &str)> = labels
+                    .iter()
+                    .map(|(k, v)| (k.as_str(), v.as_str()))
+                    .collect();
+                sample(&mut out, name, &labels, *value);
+            }
+        }
         out
     }
 }
@@ -352,9 +437,24 @@ mod tests {
         ] {
             exporter.record(&event(kind, failure));
         }
-        let text = exporter.render();
         let labels = r#"app="a",task="t\"1""#;
+        let mut user = BTreeMap::new();
+        user.insert("kind".to_owned(), "x".to_owned());
+        exporter.update_custom("t", "handled_total", CustomKind::Counter, &user, 2.0);
+        exporter.update_custom("t", "handled_total", CustomKind::Counter, &user, 1.0);
+        exporter.update_custom("t", "depth", CustomKind::Gauge, &BTreeMap::new(), 7.5);
+        exporter.update_custom(
+            "t",
+            "onestep_build_info",
+            CustomKind::Gauge,
+            &BTreeMap::new(),
+            3.0,
+        );
+        let text = exporter.render();
         for line in [
+            "# TYPE handled_total counter".to_owned(),
+            r#"handled_total{task="t",kind="x"} 3"#.to_owned(),
+            r#"depth{task="t"} 7.5"#.to_owned(),
             format!("onestep_deliveries_fetched_total{{{labels}}} 1"),
             format!("onestep_tasks_processed_total{{{labels},status=\"failed\"}} 1"),
             format!("onestep_tasks_processed_total{{{labels},status=\"succeeded\"}} 1"),
@@ -372,5 +472,6 @@ mod tests {
         ] {
             assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
         }
+        assert_eq!(text.matches("onestep_build_info{").count(), 1, "{text}");
     }
 }

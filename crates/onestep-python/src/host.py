@@ -18,7 +18,8 @@ Host -> Rust: {"op": "ready"}, {"op": "loaded", "id", "errors"}, {"op": "result"
 "value" | "error" | "cancelled"}, {"op": "request", "id", "rid", "what", ...},
 {"op": "log", "level", "logger", "message", "exc_info"?}: every logging record, which the Rust
 runtime logs with its own subscriber (text or the reference's JSON lines);
-{"op": "control", "what": "request_shutdown"}: app.request_shutdown().
+{"op": "control", "what": "request_shutdown"}: app.request_shutdown(); {"op": "metric", "task",
+"name", "kind", "labels", "value"}: a ctx.metrics update (a counter's increment, a gauge's value).
 
 Run as `python host.py --check REF...` it imports each ref and prints one JSON report instead.
 """
@@ -397,9 +398,10 @@ class Metrics:
     LABEL = _re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
     RESERVED = frozenset({"service", "environment", "task", "instance_id", "metric"})
 
-    def __init__(self):
+    def __init__(self, send=None):
         self.lock = threading.Lock()
         self.values = {}
+        self.send = send
 
     def series(self, task, name, kind, labels):
         if not isinstance(name, str) or not self.NAME.match(name.strip()):
@@ -426,13 +428,22 @@ class Metrics:
                     raise ValueError("counter increment must be >= 0")
                 with registry.lock:
                     registry.values[key] = registry.values.get(key, 0.0) + amount
+                registry.report(task, name.strip(), kind, normalized, amount)
 
             def set(self, value):
                 value = check(value)
                 with registry.lock:
                     registry.values[key] = value
+                registry.report(task, name.strip(), kind, normalized, value)
 
         return Series()
+
+    def report(self, task, name, kind, labels, value):
+        """Tells the Rust runtime (a counter's increment, a gauge's value), which serves it at
+        /metrics as the reference's exporter serves custom series."""
+        if self.send is not None:
+            self.send({"op": "metric", "task": task, "name": name, "kind": kind, "labels": labels,
+                       "value": value})
 
 
 # --- what hooks and event subscribers receive ---------------------------------------------------
@@ -544,7 +555,7 @@ class Host:
         self.requests = {}
         self.next_rid = 0
         self.refs = {}
-        self.metrics = Metrics()
+        self.metrics = Metrics(self.send)
 
     def send(self, msg):
         data = json.dumps(msg, separators=(",", ":"), allow_nan=False).encode("utf-8")

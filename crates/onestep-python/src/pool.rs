@@ -5,6 +5,7 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
+use onestep_core::metrics::{CustomKind, PrometheusExporter};
 use onestep_core::task::BoxFuture;
 use onestep_core::{AppHandle, Resource, Sink, TaskContext, TaskError};
 use serde_json::Value;
@@ -44,6 +45,7 @@ pub struct PythonPool {
     spawning: tokio::sync::Mutex<()>,
     exposed: Exposed,
     app: Arc<Mutex<Option<AppHandle>>>,
+    metrics: Arc<Mutex<Option<Arc<PrometheusExporter>>>>,
 }
 
 /// The outcome of importing one ref with [`PythonPool::check`].
@@ -73,7 +75,14 @@ impl PythonPool {
             spawning: tokio::sync::Mutex::new(()),
             exposed: Exposed::default(),
             app: Arc::default(),
+            metrics: Arc::default(),
         }
+    }
+
+    /// Where Python's `ctx.metrics` updates go (the exporter `run --metrics-addr` serves);
+    /// without one they stay in the Python processes, as without a reporter in the reference.
+    pub fn set_metrics(&self, exporter: Arc<PrometheusExporter>) {
+        *lock(&self.metrics) = Some(exporter);
     }
 
     /// The app Python's `app.request_shutdown()` stops; until it is set (the CLI sets it in a
@@ -213,17 +222,22 @@ impl PythonPool {
         {
             return Ok(p.clone());
         }
-        let app = self.app.clone();
-        let control: crate::process::Control =
-            Arc::new(
-                move |msg: &Value| match (msg["what"].as_str(), lock(&app).as_ref()) {
-                    (Some("request_shutdown"), Some(handle)) => {
-                        tracing::info!("shutdown requested by Python (app.request_shutdown())");
-                        handle.request_shutdown();
-                    }
-                    (what, _) => tracing::warn!(?what, "python control request ignored"),
-                },
-            );
+        let (app, metrics) = (self.app.clone(), self.metrics.clone());
+        let control: crate::process::Control = Arc::new(move |msg: &Value| {
+            if msg["op"] == "metric" {
+                if let Some(exporter) = lock(&metrics).as_ref() {
+                    record_metric(exporter, msg);
+                }
+                return;
+            }
+            match (msg["what"].as_str(), lock(&app).as_ref()) {
+                (Some("request_shutdown"), Some(handle)) => {
+                    tracing::info!("shutdown requested by Python (app.request_shutdown())");
+                    handle.request_shutdown();
+                }
+                (what, _) => tracing::warn!(?what, "python control request ignored"),
+            }
+        });
         let process = Process::spawn(&self.config, control).await?;
         let refs: Vec<String> = lock(&self.refs).iter().cloned().collect();
         if let Some((reference, error)) = process.load(&refs).await?.into_iter().next() {
@@ -341,6 +355,30 @@ impl Resource for PythonPool {
             p.close().await;
         }
         Ok(())
+    }
+}
+
+/// One `ctx.metrics` update from a host.
+fn record_metric(exporter: &PrometheusExporter, msg: &Value) {
+    let kind = match msg["kind"].as_str() {
+        Some("counter") => CustomKind::Counter,
+        Some("gauge") => CustomKind::Gauge,
+        _ => return,
+    };
+    let labels: BTreeMap<String, String> = msg["labels"]
+        .as_object()
+        .map(|m| {
+            m.iter()
+                .filter_map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_owned())))
+                .collect()
+        })
+        .unwrap_or_default();
+    if let (Some(task), Some(name), Some(value)) = (
+        msg["task"].as_str(),
+        msg["name"].as_str(),
+        msg["value"].as_f64(),
+    ) {
+        exporter.update_custom(task, name, kind, &labels, value);
     }
 }
 

@@ -26,7 +26,7 @@ pub(crate) fn next_id() -> u64 {
     NEXT_ID.fetch_add(1, Ordering::Relaxed)
 }
 
-/// What receives the host's control frames.
+/// What receives the host's control and metric frames.
 pub(crate) type Control = Arc<dyn Fn(&Value) + Send + Sync>;
 
 /// Messages from the host, routed by their `id`.
@@ -113,7 +113,9 @@ impl Process {
             tokio::spawn(async move {
                 let why = loop {
                     match frame::read(&mut stdout).await {
-                        Ok(Some(msg)) if msg["op"] == "control" => control(&msg),
+                        Ok(Some(msg)) if msg["op"] == "control" || msg["op"] == "metric" => {
+                            control(&msg);
+                        }
                         Ok(Some(msg)) => route(&routes, msg),
                         Ok(None) => break None,
                         Err(e) => break Some(format!("its pipe broke: {e}")),

@@ -146,7 +146,13 @@ pub fn build_app(
                 source,
             });
         }
-        builder = crate::probes::install(builder, addr, &spec.name, probed);
+        let exporter = Arc::new(onestep_core::metrics::PrometheusExporter::new(env!(
+            "CARGO_PKG_VERSION"
+        )));
+        if let Some(pool) = &pool {
+            pool.set_metrics(exporter.clone());
+        }
+        builder = crate::probes::install(builder, exporter, addr, &spec.name, probed);
     }
     for t in &spec.tasks {
         if diagnostic.is_some_and(|d| d.task != t.name) {

@@ -32,6 +32,7 @@ async def produce(ctx, payload):
     count = await ctx.state.get("count", 0)
     await ctx.state.set("count", count + 1)
     ctx.logger.info("produced %d", count)
+    ctx.metrics.counter("produced_total", labels={"source": "tick"}).inc()
     return {"n": count, "payload": payload}
 
 

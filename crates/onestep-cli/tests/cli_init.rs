@@ -48,11 +48,7 @@ fn every_template_writes_the_reference_files_and_passes_the_strict_check() {
             printed.contains("Project: my-worker\nPackage: my_worker\n"),
             "{printed}"
         );
-        let reference = Command::new(onestep_testkit::reference::python())
-            .args([
-                "-c",
-                "import sys; from onestep.cli import main; sys.exit(main())",
-            ])
+        let reference = onestep_testkit::reference::cli()
             .args(["init", name, "--template", template])
             .current_dir(theirs.path())
             .output()

@@ -58,12 +58,7 @@ fn until(port: u16, path: &str, check: impl Fn(&str) -> bool) -> String {
 
 fn worker(reference: bool, port: u16, out: &std::path::Path) -> Child {
     let mut command = if reference {
-        let mut c = Command::new(onestep_testkit::reference::python());
-        c.args([
-            "-c",
-            "import sys; from onestep.cli import main; sys.exit(main())",
-        ]);
-        c
+        onestep_testkit::reference::cli()
     } else {
         Command::new(env!("CARGO_BIN_EXE_onestep"))
     };

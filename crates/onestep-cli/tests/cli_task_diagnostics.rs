@@ -18,12 +18,7 @@ fn parity_dir() -> PathBuf {
 /// `onestep ARGS` (ours, or the reference's with `reference`) in the parity directory.
 fn onestep(reference: bool, out: &Path, args: &[&str]) -> Output {
     let mut command = if reference {
-        let mut c = Command::new(onestep_testkit::reference::python());
-        c.args([
-            "-c",
-            "import sys; from onestep.cli import main; sys.exit(main())",
-        ]);
-        c
+        onestep_testkit::reference::cli()
     } else {
         Command::new(env!("CARGO_BIN_EXE_onestep"))
     };
@@ -40,12 +35,7 @@ fn onestep(reference: bool, out: &Path, args: &[&str]) -> Output {
 fn first_capture(reference: bool, out: &Path) -> PathBuf {
     let captures = out.join("captures");
     let mut worker = if reference {
-        let mut c = Command::new(onestep_testkit::reference::python());
-        c.args([
-            "-c",
-            "import sys; from onestep.cli import main; sys.exit(main())",
-        ]);
-        c
+        onestep_testkit::reference::cli()
     } else {
         Command::new(env!("CARGO_BIN_EXE_onestep"))
     }

@@ -32,12 +32,7 @@ fn both_strict_checks_accept_the_hooks_routes_and_transforms() {
     let text =
         String::from_utf8_lossy(&ours.stdout).to_string() + &String::from_utf8_lossy(&ours.stderr);
     assert_eq!(ours.status.code(), Some(0), "{text}");
-    let python = onestep_testkit::reference::python();
-    let reference = Command::new(python)
-        .args([
-            "-c",
-            "import sys; from onestep.cli import main; sys.exit(main())",
-        ])
+    let reference = onestep_testkit::reference::cli()
         .args(["check", "--strict"])
         .arg(&yaml)
         .env("PARITY_OUT", out.path())
@@ -55,9 +50,8 @@ fn both_strict_checks_accept_the_hooks_routes_and_transforms() {
 
 #[test]
 fn render_draws_routes_and_transforms_as_the_reference_draws_them() {
-    let render = |program: &Path, prefix: &[&str]| {
-        let output = Command::new(program)
-            .args(prefix)
+    let render = |mut command: Command| {
+        let output = command
             .args(["render", "worker.yaml"])
             .env("PARITY_OUT", "/tmp")
             .current_dir(parity_dir())
@@ -66,14 +60,8 @@ fn render_draws_routes_and_transforms_as_the_reference_draws_them() {
         assert!(output.status.success(), "{output:?}");
         String::from_utf8(output.stdout).unwrap()
     };
-    let ours = render(Path::new(env!("CARGO_BIN_EXE_onestep")), &[]);
-    let reference = render(
-        onestep_testkit::reference::python(),
-        &[
-            "-c",
-            "import sys; from onestep.cli import main; sys.exit(main())",
-        ],
-    );
+    let ours = render(Command::new(env!("CARGO_BIN_EXE_onestep")));
+    let reference = render(onestep_testkit::reference::cli());
     assert_eq!(ours, reference);
     assert!(
         ours.contains(r#"-->|"when parity_hooks:is_even · parity_hooks:double"|"#),
@@ -189,12 +177,7 @@ fn python_feeds_its_own_queue_and_stops_the_app() {
     for reference in [false, true] {
         let out = tempfile::tempdir().unwrap();
         let mut command = if reference {
-            let mut c = Command::new(onestep_testkit::reference::python());
-            c.args([
-                "-c",
-                "import sys; from onestep.cli import main; sys.exit(main())",
-            ]);
-            c
+            onestep_testkit::reference::cli()
         } else {
             Command::new(env!("CARGO_BIN_EXE_onestep"))
         };

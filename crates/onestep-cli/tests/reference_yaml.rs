@@ -75,12 +75,7 @@ fn both_accept(file: &str, min_handlers: usize) {
         .map(|i| format!("async def h{i}(ctx, payload):\n    return payload\n"))
         .collect();
     std::fs::write(dir.path().join("shop_handlers.py"), module).unwrap();
-    let python = onestep_testkit::reference::python();
-    let reference = Command::new(python)
-        .args([
-            "-c",
-            "import sys; from onestep.cli import main; sys.exit(main())",
-        ])
+    let reference = onestep_testkit::reference::cli()
         .args(["check", "--strict", file.to_str().unwrap()])
         .current_dir(dir.path())
         .env("PYTHONPATH", dir.path())
@@ -111,11 +106,7 @@ fn assert_same_render(file: &std::path::Path, dir: &std::path::Path) {
         .env("ONESTEP_SQLITE_DSN", &sqlite)
         .output()
         .unwrap();
-    let reference = Command::new(onestep_testkit::reference::python())
-        .args([
-            "-c",
-            "import sys; from onestep.cli import main; sys.exit(main())",
-        ])
+    let reference = onestep_testkit::reference::cli()
         .arg("render")
         .arg(file)
         .current_dir(dir)

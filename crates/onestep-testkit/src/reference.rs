@@ -80,6 +80,17 @@ pub const SCHEMATHESIS: Venv = Venv {
             assert version('schemathesis') == '4.32.5', version('schemathesis')\n",
 };
 
+/// The reference's `onestep` command (`python -c "…main()"` in its virtualenv), to which a test
+/// adds the arguments.
+pub fn cli() -> Command {
+    let mut command = Command::new(python());
+    command.args([
+        "-c",
+        "import sys; from onestep.cli import main; sys.exit(main())",
+    ]);
+    command
+}
+
 /// The reference virtualenv's python, created and filled on first use.
 ///
 /// # Panics

@@ -126,6 +126,19 @@ impl LoadArgs {
         }
     }
 
+    /// Loads and validates the file (never strict): the spec, or the exit code after printing
+    /// why not (2 when it cannot be loaded, `problems_exit` when it has problems).
+    fn spec(&self, registry: &Registry, problems_exit: u8) -> Result<crate::config::AppSpec, u8> {
+        let doc = crate::config::load(&self.file, &self.options()).map_err(|e| {
+            eprintln!("onestep: {e}");
+            2
+        })?;
+        crate::config::spec::validate(&doc, registry, false).map_err(|problems| {
+            eprintln!("{problems}");
+            problems_exit
+        })
+    }
+
     fn python_config(&self) -> onestep_python::PythonConfig {
         crate::config::python::python_config(
             &self.file,

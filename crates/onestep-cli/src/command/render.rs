@@ -24,19 +24,9 @@ pub struct RenderArgs {
 
 /// Prints the diagram: 0, or 1 when the file has problems, 2 when it cannot be loaded.
 pub fn render(args: &RenderArgs, registry: &Registry) -> u8 {
-    let doc = match config::load(&args.load.file, &args.load.options()) {
-        Ok(doc) => doc,
-        Err(e) => {
-            eprintln!("onestep: {e}");
-            return 2;
-        }
-    };
-    let spec = match config::spec::validate(&doc, registry, false) {
+    let spec = match args.load.spec(registry, 1) {
         Ok(spec) => spec,
-        Err(problems) => {
-            eprintln!("{problems}");
-            return 1;
-        }
+        Err(code) => return code,
     };
     match mermaid(&spec, registry) {
         Ok(text) => {

@@ -34,19 +34,9 @@ const LEVELS: [&str; 7] = [
 
 /// Loads, validates, builds and runs; 2 when the file cannot be loaded, 1 when the app fails.
 pub async fn run(args: RunArgs, registry: &Registry) -> u8 {
-    let doc = match config::load(&args.load.file, &args.load.options()) {
-        Ok(doc) => doc,
-        Err(e) => {
-            eprintln!("onestep: {e}");
-            return 2;
-        }
-    };
-    let spec = match config::spec::validate(&doc, registry, false) {
+    let spec = match args.load.spec(registry, 2) {
         Ok(spec) => spec,
-        Err(problems) => {
-            eprintln!("{problems}");
-            return 2;
-        }
+        Err(code) => return code,
     };
     let level = match args.log_level.as_deref().map(str::to_ascii_lowercase) {
         Some(l) if LEVELS.contains(&l.as_str()) => l,

@@ -13,7 +13,6 @@ use onestep_core::Envelope;
 use onestep_core::capture::load_capture;
 use serde_json::Value;
 
-use crate::config;
 use crate::registry::Registry;
 use diagnose::{Report, diagnose};
 
@@ -116,19 +115,9 @@ pub async fn task(args: TaskArgs, registry: &Registry) -> u8 {
             return 2;
         }
     };
-    let doc = match config::load(&load.file, &load.options()) {
-        Ok(doc) => doc,
-        Err(e) => {
-            eprintln!("onestep: {e}");
-            return 2;
-        }
-    };
-    let spec = match config::spec::validate(&doc, registry, false) {
+    let spec = match load.spec(registry, 2) {
         Ok(spec) => spec,
-        Err(problems) => {
-            eprintln!("{problems}");
-            return 2;
-        }
+        Err(code) => return code,
     };
     let matching = spec.tasks.iter().filter(|t| t.name == task).count();
     if matching != 1 {

@@ -31,12 +31,16 @@ pub fn metrics_router(
             get(move || {
                 let exporter = exporter.clone();
                 async move {
+                    let executions = onestep_core::metrics::execution::execution_metrics();
+                    executions.sample_backlog().await;
+                    let mut text = exporter.render();
+                    text.push_str(&executions.render());
                     (
                         [(
                             header::CONTENT_TYPE,
                             "text/plain; version=0.0.4; charset=utf-8",
                         )],
-                        exporter.render(),
+                        text,
                     )
                 }
             })
@@ -291,7 +295,8 @@ pub fn api_metrics_route(
                         header::CONTENT_TYPE,
                         "text/plain; version=0.0.4; charset=utf-8",
                     )],
-                    metrics.render(&counters),
+                    metrics.render(&counters)
+                        + &onestep_core::metrics::execution::execution_metrics().render(),
                 )
                     .into_response()
             }

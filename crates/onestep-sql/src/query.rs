@@ -16,6 +16,7 @@ use sea_query::{
 use time::OffsetDateTime;
 use uuid::Uuid;
 
+use onestep_core::execution::inspect::ExecutionSearch;
 use onestep_core::execution::{ExecutionError, ExecutionQuery, ExecutionResult, ExecutionStatus};
 
 use crate::param::Param;
@@ -39,6 +40,52 @@ pub(crate) fn list(
     query: &ExecutionQuery,
     after: Option<(OffsetDateTime, Uuid)>,
 ) -> ExecutionResult<Built> {
+    build(dialect, &page(executions, query, after))
+}
+
+/// [`list`] with a search's added filters: a `created_at` range and one metadata key's value,
+/// compared as text (`->>` on PostgreSQL, `JSON_UNQUOTE(JSON_EXTRACT(…))` on MySQL/MariaDB,
+/// `json_extract` on SQLite, where `true`/`false` are spelled out as the others spell them).
+/// The key is validated ([`ExecutionSearch::validate`]) and bound, never pasted.
+pub(crate) fn search(
+    dialect: schema::Dialect,
+    executions: &str,
+    search: &ExecutionSearch,
+    after: Option<(OffsetDateTime, Uuid)>,
+) -> ExecutionResult<Built> {
+    let mut select = page(executions, &search.query, after);
+    if let Some(at) = search.created_after {
+        select.and_where(Expr::col("created_at").gte(at));
+    }
+    if let Some(at) = search.created_before {
+        select.and_where(Expr::col("created_at").lt(at));
+    }
+    if let Some((key, value)) = &search.metadata {
+        let path = format!("$.\"{key}\"");
+        let (key, value) = (key.clone(), value.clone());
+        let matches = match dialect {
+            schema::Dialect::Postgres => {
+                Expr::cust_with_values("(metadata ->> $1) = $2", [key, value])
+            }
+            schema::Dialect::MySql | schema::Dialect::MariaDb => {
+                Expr::cust_with_values("JSON_UNQUOTE(JSON_EXTRACT(metadata, ?)) = ?", [path, value])
+            }
+            schema::Dialect::Sqlite => Expr::cust_with_values(
+                "(CASE json_type(metadata, ?) WHEN 'true' THEN 'true' WHEN 'false' THEN 'false' \
+                 ELSE CAST(json_extract(metadata, ?) AS TEXT) END) = ?",
+                [path.clone(), path, value],
+            ),
+        };
+        select.and_where(matches);
+    }
+    build(dialect, &select)
+}
+
+fn page(
+    executions: &str,
+    query: &ExecutionQuery,
+    after: Option<(OffsetDateTime, Uuid)>,
+) -> sea_query::SelectStatement {
     let mut select = Query::select();
     select
         .columns(EXECUTION_COLUMNS.split(',').map(|c| Alias::new(c.trim())))
@@ -65,7 +112,7 @@ pub(crate) fn list(
         .order_by("created_at", Order::Desc)
         .order_by("id", Order::Desc)
         .limit(u64::from(query.limit) + 1);
-    build(dialect, &select)
+    select
 }
 
 /// `SELECT status, COUNT(*), MIN(created_at)` per status, in `namespace` or in all of them: one

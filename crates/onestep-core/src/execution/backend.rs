@@ -89,6 +89,16 @@ pub trait ExecutionBackend: Send + Sync {
     ) -> ExecutionResult<bool> {
         Ok(false)
     }
+
+    /// The waiting executions of `task_names` in `namespace`, one entry per task that has any,
+    /// for the queue-depth metrics; `None` when the backend cannot tell cheaply.
+    async fn backlog(
+        &self,
+        _namespace: &str,
+        _task_names: &[String],
+    ) -> ExecutionResult<Option<Vec<super::inspect::TaskBacklog>>> {
+        Ok(None)
+    }
 }
 
 /// Claims executions under a lease and completes them. What a worker needs.

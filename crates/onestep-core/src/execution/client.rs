@@ -106,7 +106,13 @@ impl<B: ExecutionBackend> ExecutionClient<B> {
         options: SubmitOptions,
     ) -> ExecutionResult<Execution> {
         let request = self.request(task_name, payload, options)?;
-        self.backend.submit(request).await
+        let execution = self.backend.submit(request).await?;
+        crate::metrics::execution::execution_metrics().submitted(
+            &self.namespace,
+            &execution.task_name,
+            1,
+        );
+        Ok(execution)
     }
 
     /// Submits `args` under [`A::TASK_NAME`](TaskArgs::TASK_NAME), the name the worker's
@@ -129,7 +135,16 @@ impl<B: ExecutionBackend> ExecutionClient<B> {
             .into_iter()
             .map(|(task, payload, options)| self.request(&task, &payload, options))
             .collect::<ExecutionResult<Vec<_>>>()?;
-        self.backend.submit_many(requests).await
+        let answers = self.backend.submit_many(requests).await?;
+        let metrics = crate::metrics::execution::execution_metrics();
+        let mut by_task: std::collections::BTreeMap<&str, u64> = Default::default();
+        for execution in answers.iter().flatten() {
+            *by_task.entry(execution.task_name.as_str()).or_default() += 1;
+        }
+        for (task, n) in by_task {
+            metrics.submitted(&self.namespace, task, n);
+        }
+        Ok(answers)
     }
 
     fn request<P: Serialize + ?Sized>(

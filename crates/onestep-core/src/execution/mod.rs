@@ -20,6 +20,7 @@ pub mod codec;
 pub mod cursor;
 pub mod digest;
 pub mod error;
+pub mod inspect;
 pub mod memory;
 mod pycompat;
 pub mod record;
@@ -32,6 +33,7 @@ pub mod stored;
 pub use backend::{ExecutionBackend, LeasedExecutionBackend};
 pub use client::{ExecutionClient, WaitBackoff};
 pub use error::{ExecutionError, ExecutionResult};
+pub use inspect::ExecutionInspector;
 pub use memory::MemoryExecutionBackend;
 pub use record::{
     Execution, ExecutionCompletion, ExecutionErrorDetail, ExecutionLease, ExecutionLimits,

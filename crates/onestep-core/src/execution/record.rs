@@ -176,6 +176,17 @@ pub struct ExecutionQuery {
 }
 
 impl ExecutionQuery {
+    /// The first page (50 executions, newest first) of every task and status in `namespace`.
+    pub fn new(namespace: impl Into<String>) -> Self {
+        Self {
+            namespace: namespace.into(),
+            task_name: None,
+            status: None,
+            limit: 50,
+            cursor: None,
+        }
+    }
+
     /// Checks every field as the reference does.
     pub fn validate(&self) -> ExecutionResult<()> {
         name("namespace", &self.namespace, 255)?;

@@ -159,6 +159,14 @@ impl<D: Dialect> ExecutionBackend for SqlExecutionBackend<D> {
         .await;
         Self::finish(tx, out, op).await
     }
+
+    async fn backlog(
+        &self,
+        namespace: &str,
+        task_names: &[String],
+    ) -> ExecutionResult<Option<Vec<onestep_core::execution::inspect::TaskBacklog>>> {
+        self.backlog_at(namespace, task_names).await.map(Some)
+    }
 }
 
 #[async_trait]

@@ -109,13 +109,14 @@ impl<D: Dialect> SqlExecutionBackend<D> {
     ) -> ExecutionResult<Option<Vec<ExecutionLease>>> {
         let op = ConnectorOperation::Fetch;
         let mut tx = self.begin(op).await?;
+        let mut swept = super::maintain::Swept::default();
         let out: ExecutionResult<_> = async {
             // The statement reads the transaction's time itself (one round trip fewer); `now` is
             // bound only when it is known anyway: an injected clock, or read for maintenance.
             let now = if maintain || self.inner.options.clock.is_some() {
                 let now = self.now(&mut tx, op).await?;
                 if maintain {
-                    self.maintain(&mut tx, now).await?;
+                    swept = self.maintain(&mut tx, now).await?;
                 }
                 Some(now)
             } else {
@@ -189,7 +190,13 @@ impl<D: Dialect> SqlExecutionBackend<D> {
                 }
                 Ok(None)
             }
-            out => Self::finish(tx, out, op).await,
+            out => {
+                let out = Self::finish(tx, out, op).await;
+                if out.is_ok() {
+                    swept.record();
+                }
+                out
+            }
         }
     }
 
@@ -206,10 +213,11 @@ impl<D: Dialect> SqlExecutionBackend<D> {
         let op = ConnectorOperation::Fetch;
         let worker_id = worker_id.to_string();
         let mut tx = self.begin(op).await?;
+        let mut swept = super::maintain::Swept::default();
         let out: ExecutionResult<_> = async {
             let now = self.now(&mut tx, op).await?;
             if maintain {
-                self.maintain(&mut tx, now).await?;
+                swept = self.maintain(&mut tx, now).await?;
             }
             let mut params: Vec<Param> = vec![namespace.into()];
             params.extend(task_names.iter().map(|t| Param::from(t.trim())));
@@ -298,6 +306,10 @@ impl<D: Dialect> SqlExecutionBackend<D> {
             Ok(leases)
         }
         .await;
-        Self::finish(tx, out, op).await
+        let out = Self::finish(tx, out, op).await;
+        if out.is_ok() {
+            swept.record();
+        }
+        out
     }
 }

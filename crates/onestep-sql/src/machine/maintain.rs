@@ -24,11 +24,14 @@ impl<D: Dialect> SqlExecutionBackend<D> {
         due
     }
 
+    /// Runs one maintenance pass in `tx`; returns what it changed, for the metrics once `tx`
+    /// commits.
     pub(super) async fn maintain(
         &self,
         tx: &mut Tx<D>,
         now: OffsetDateTime,
-    ) -> ExecutionResult<()> {
+    ) -> ExecutionResult<Swept> {
+        let mut swept = Swept::default();
         let s = &self.inner.statements;
         let batch = i64::try_from(self.inner.options.reclaim_batch_size).unwrap_or(i64::MAX);
         let op = ConnectorOperation::Fetch;
@@ -55,7 +58,7 @@ impl<D: Dialect> SqlExecutionBackend<D> {
                 .unwrap_or_else(|p| p.into_inner()) = None;
         }
         for (id, version, _) in expiring {
-            D::execute(
+            swept.expired += D::execute(
                 tx,
                 &s.expire,
                 vec![
@@ -70,30 +73,32 @@ impl<D: Dialect> SqlExecutionBackend<D> {
             .map_err(db::<D>(op))?;
         }
         // Lapsed cancel requests become cancelled; lapsed leases go back to retrying.
-        self.sweep_leases(
-            tx,
-            &s.cancel_expiry_candidates,
-            &s.cancel_expiry,
-            AttemptStatus::Cancelled,
-            now,
-            batch,
-        )
-        .await?;
-        self.sweep_leases(
-            tx,
-            &s.reclaim_candidates,
-            &s.reclaim,
-            AttemptStatus::LeaseLost,
-            now,
-            batch,
-        )
-        .await?;
-        Ok(())
+        swept.cancelled = self
+            .sweep_leases(
+                tx,
+                &s.cancel_expiry_candidates,
+                &s.cancel_expiry,
+                AttemptStatus::Cancelled,
+                now,
+                batch,
+            )
+            .await?;
+        swept.reclaimed = self
+            .sweep_leases(
+                tx,
+                &s.reclaim_candidates,
+                &s.reclaim,
+                AttemptStatus::LeaseLost,
+                now,
+                batch,
+            )
+            .await?;
+        Ok(swept)
     }
 
     /// One lease sweep of maintenance: selects up to `batch` candidates with `candidates`, applies
     /// `apply` to each (fenced by version and lease token), and ends the attempt holding the token
-    /// with `attempt_status` where `apply` changed the row.
+    /// with `attempt_status` where `apply` changed the row. Returns how many rows it changed.
     pub(super) async fn sweep_leases(
         &self,
         tx: &mut Tx<D>,
@@ -102,8 +107,9 @@ impl<D: Dialect> SqlExecutionBackend<D> {
         attempt_status: AttemptStatus,
         now: OffsetDateTime,
         batch: i64,
-    ) -> ExecutionResult<()> {
+    ) -> ExecutionResult<u64> {
         let op = ConnectorOperation::Fetch;
+        let mut swept = 0;
         let rows = crate::decode::candidates::<D>(tx, candidates, vec![now.into(), batch.into()])
             .await
             .map_err(db::<D>(op))?;
@@ -123,6 +129,7 @@ impl<D: Dialect> SqlExecutionBackend<D> {
             .await
             .map_err(db::<D>(op))?;
             if changed == 1 {
+                swept += 1;
                 D::execute(
                     tx,
                     &self.inner.statements.finish_attempt_by_token,
@@ -137,6 +144,26 @@ impl<D: Dialect> SqlExecutionBackend<D> {
                 .map_err(db::<D>(op))?;
             }
         }
-        Ok(())
+        Ok(swept)
+    }
+}
+
+/// What one maintenance pass changed.
+#[derive(Debug, Default, Clone, Copy)]
+pub(super) struct Swept {
+    /// Waiting executions ended `expired`.
+    pub(super) expired: u64,
+    /// Lapsed cancel requests ended `cancelled`.
+    pub(super) cancelled: u64,
+    /// Lapsed leases handed back to the queue.
+    pub(super) reclaimed: u64,
+}
+
+impl Swept {
+    /// Counts what a committed pass changed.
+    pub(super) fn record(self) {
+        let metrics = onestep_core::metrics::execution::execution_metrics();
+        metrics.expired(self.expired);
+        metrics.reclaimed(self.reclaimed);
     }
 }

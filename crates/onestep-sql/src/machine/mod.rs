@@ -9,6 +9,7 @@
 //! | `lease` | check, renew and release a lease |
 //! | `complete` | complete an attempt, one or a batch (cancel wins, replays, lost leases) |
 //! | `admin` | attempts of one execution, counts per status, pruning |
+//! | `inspect` | the [`ExecutionInspector`](onestep_core::execution::ExecutionInspector) reads of a dashboard and the queue-depth metrics |
 //! | `statements` | every statement, rendered once for the tables and dialect |
 //!
 //! This file holds the backend itself, its options, and the transaction helpers every module
@@ -18,6 +19,7 @@ mod admin;
 mod backend;
 mod claim;
 mod complete;
+mod inspect;
 mod lease;
 mod maintain;
 mod statements;

@@ -83,6 +83,7 @@ pub(super) async fn write_completions<B: LeasedExecutionBackend>(
     backend: B,
     batch: Vec<CompletionJob>,
 ) {
+    crate::metrics::execution::execution_metrics().completion_batch(batch.len());
     let items = batch
         .iter()
         .map(|j| (j.ids.0, j.ids.1, j.ids.2, j.completion.clone()))

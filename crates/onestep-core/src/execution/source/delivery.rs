@@ -28,6 +28,21 @@ pub(super) struct ExecutionDelivery<B> {
 }
 
 impl<B: LeasedExecutionBackend + Clone + 'static> ExecutionDelivery<B> {
+    /// Keeps the stored outcome of the attempt (a success that lost to a cancel marks the cancel
+    /// requested) and counts it.
+    fn finished(&mut self, succeeded: bool, execution: Execution) -> Execution {
+        if succeeded && execution.status == ExecutionStatus::Cancelled {
+            self.lease.cancel_requested.store(true, Ordering::SeqCst);
+        }
+        crate::metrics::execution::execution_metrics().completed(
+            &execution.namespace,
+            &execution.task_name,
+            execution.status.as_str(),
+        );
+        self.completed = Some(execution.clone());
+        execution
+    }
+
     pub(super) fn stop_heartbeat(&mut self) {
         if std::mem::take(&mut self.heartbeating) {
             self.heartbeats.stop(self.attempt_id);
@@ -161,22 +176,13 @@ impl<B: LeasedExecutionBackend + Clone + 'static> ManagedDelivery for ExecutionD
             if queue.send(job).is_ok()
                 && let Ok(outcome) = answer.await
             {
-                let execution = outcome?;
-                if succeeded && execution.status == ExecutionStatus::Cancelled {
-                    self.lease.cancel_requested.store(true, Ordering::SeqCst);
-                }
-                self.completed = Some(execution.clone());
-                return Ok(execution);
+                return Ok(self.finished(succeeded, outcome?));
             }
         }
         let execution = self
             .backend
             .complete(ids.0, ids.1, ids.2, completion)
             .await?;
-        if succeeded && execution.status == ExecutionStatus::Cancelled {
-            self.lease.cancel_requested.store(true, Ordering::SeqCst);
-        }
-        self.completed = Some(execution.clone());
-        Ok(execution)
+        Ok(self.finished(succeeded, execution))
     }
 }

@@ -96,6 +96,8 @@ pub struct ExecutionSource<B> {
     heartbeater: OnceLock<Arc<Heartbeater<B>>>,
     /// Claimed, not yet handed to the runner (`options.prefetch`), with when each was claimed.
     prefetched: Mutex<std::collections::VecDeque<(ExecutionLease, std::time::Instant)>>,
+    /// The backlog probe of the queue-depth metrics, from `open` to `close`.
+    backlog_probe: Mutex<Option<crate::metrics::execution::ProbeRegistration>>,
 }
 
 /// The largest prefetch buffer ([`ExecutionSourceOptions::prefetch`]).
@@ -120,6 +122,7 @@ impl<B: LeasedExecutionBackend + Clone + 'static> ExecutionSource<B> {
             completer: OnceLock::new(),
             heartbeater: OnceLock::new(),
             prefetched: Mutex::new(std::collections::VecDeque::new()),
+            backlog_probe: Mutex::new(None),
         })
     }
 
@@ -156,6 +159,10 @@ impl<B: LeasedExecutionBackend + Clone + 'static> ExecutionSource<B> {
                     self.backend.clone(),
                     self.options.heartbeat_interval,
                     self.options.lease_duration,
+                    (
+                        self.options.namespace.clone(),
+                        self.options.task_names[0].clone(),
+                    ),
                 )
             })
             .clone()
@@ -247,10 +254,35 @@ impl<B: LeasedExecutionBackend + Clone + 'static> Resource for ExecutionSource<B
     }
 
     async fn open(&self) -> Result<()> {
-        self.backend.open().await.map_err(Error::from)
+        self.backend.open().await.map_err(Error::from)?;
+        let (backend, namespace, tasks) = (
+            self.backend.clone(),
+            self.options.namespace.clone(),
+            self.options.task_names.clone(),
+        );
+        let probe: crate::metrics::execution::BacklogProbe = Arc::new(move || {
+            let (backend, namespace, tasks) = (backend.clone(), namespace.clone(), tasks.clone());
+            Box::pin(async move { backend.backlog(&namespace, &tasks).await })
+        });
+        let registration = crate::metrics::execution::execution_metrics().register_backlog(
+            &self.options.namespace,
+            &self.options.task_names,
+            probe,
+        );
+        *self
+            .backlog_probe
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(registration);
+        Ok(())
     }
 
     async fn close(&self) -> Result<()> {
+        drop(
+            self.backlog_probe
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .take(),
+        );
         self.backend.close().await.map_err(Error::from)
     }
 }
@@ -294,6 +326,16 @@ impl<B: LeasedExecutionBackend + Clone + 'static> Source for ExecutionSource<B> 
                 Vec::new()
             }
         };
+        if !claimed.is_empty() {
+            let now = OffsetDateTime::now_utc();
+            crate::metrics::execution::execution_metrics().claimed(
+                &self.options.namespace,
+                &self.options.task_names[0],
+                claimed
+                    .iter()
+                    .map(|lease| (lease.execution.available_at, now)),
+            );
+        }
         let mut claimed = claimed.into_iter();
         let missing = limit - leases.len();
         leases.extend(claimed.by_ref().take(missing));

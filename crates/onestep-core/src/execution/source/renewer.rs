@@ -52,10 +52,16 @@ pub(super) struct Heartbeater<B> {
 }
 
 impl<B: LeasedExecutionBackend + Clone + 'static> Heartbeater<B> {
-    pub(super) fn new(backend: B, interval: Duration, lease_duration: Duration) -> Arc<Self> {
+    pub(super) fn new(
+        backend: B,
+        interval: Duration,
+        lease_duration: Duration,
+        labels: (String, String),
+    ) -> Arc<Self> {
         Arc::new(Self {
             renewer: Renewer {
                 backend,
+                labels: Arc::new(labels),
                 renewals: Arc::new(Mutex::new(Renewals::new())),
                 interval,
                 lease_duration,
@@ -110,6 +116,8 @@ pub(super) struct Renewer<B> {
     pub(super) renewals: Arc<Mutex<Renewals>>,
     pub(super) interval: Duration,
     pub(super) lease_duration: Duration,
+    /// The source's namespace and task, the labels of its lost-lease counter.
+    pub(super) labels: Arc<(String, String)>,
     /// Rounds, single heartbeats and retry timers in flight.
     tasks: TaskTracker,
     /// Cancelled when the heartbeater goes: its tasks stop at their next await.
@@ -159,6 +167,7 @@ pub(super) async fn renew_round<B: LeasedExecutionBackend + Clone + 'static>(
     tick: tokio::time::Instant,
     limit: Duration,
 ) {
+    crate::metrics::execution::execution_metrics().heartbeat_batch(leases.len());
     let batch =
         tokio::time::timeout(limit, r.backend.heartbeat_many(&leases, r.lease_duration)).await;
     match batch {
@@ -214,9 +223,13 @@ pub(super) async fn settle_renewal<B: LeasedExecutionBackend + Clone + 'static>(
     else {
         return;
     };
-    let lost = |lease: &LeaseState| {
+    let cancel = |lease: &LeaseState| {
         renewals(&r.renewals).remove(&attempt_id);
         lease.cancel.cancel();
+    };
+    let lost = |lease: &LeaseState| {
+        crate::metrics::execution::execution_metrics().lease_lost(&r.labels.0, &r.labels.1);
+        cancel(lease);
     };
     match result {
         Ok(renewed) => {
@@ -224,7 +237,7 @@ pub(super) async fn settle_renewal<B: LeasedExecutionBackend + Clone + 'static>(
             if renewed.cancel_requested {
                 tracing::info!(execution_id = %execution_id, "cancel requested; stopping the handler");
                 lease.cancel_requested.store(true, Ordering::SeqCst);
-                lost(&lease);
+                cancel(&lease);
                 return;
             }
             if let Some(l) = renewals(&r.renewals).get_mut(&attempt_id) {

@@ -17,6 +17,8 @@
 //! Register [`PrometheusExporter::record`] with [`AppBuilder::on_event`](crate::AppBuilder::on_event)
 //! and serve [`PrometheusExporter::render`].
 
+pub mod execution;
+
 use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::sync::Mutex;
@@ -369,7 +371,7 @@ impl State {
     }
 }
 
-fn family(out: &mut String, name: &str, help: &str, kind: &str) {
+pub(crate) fn family(out: &mut String, name: &str, help: &str, kind: &str) {
     let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
 }
 
@@ -381,7 +383,7 @@ fn counter(out: &mut String, name: &str, help: &str, values: &BTreeMap<Series, u
 }
 
 /// One sample line; label values escaped as the exposition format requires.
-fn sample(out: &mut String, name: &str, labels: &[(&str, &str)], value: f64) {
+pub(crate) fn sample(out: &mut String, name: &str, labels: &[(&str, &str)], value: f64) {
     let labels: Vec<String> = labels
         .iter()
         .map(|(k, v)| {
@@ -397,7 +399,11 @@ fn sample(out: &mut String, name: &str, labels: &[(&str, &str)], value: f64) {
     } else {
         format!("{value}")
     };
-    let _ = writeln!(out, "{name}{{{}}} {value}", labels.join(","));
+    if labels.is_empty() {
+        let _ = writeln!(out, "{name} {value}");
+    } else {
+        let _ = writeln!(out, "{name}{{{}}} {value}", labels.join(","));
+    }
 }
 
 #[cfg(test)]

@@ -101,6 +101,18 @@ impl TaskContext {
         self.execution.as_ref()
     }
 
+    /// Reports progress of the tracked execution this attempt runs
+    /// ([`ExecutionInfo::report_progress`]); does nothing for other deliveries.
+    pub fn report_progress(
+        &self,
+        progress: serde_json::Value,
+    ) -> crate::execution::ExecutionResult<()> {
+        match &self.execution {
+            Some(execution) => execution.report_progress(progress),
+            None => Ok(()),
+        }
+    }
+
     /// State scoped to this task (`"<app>:<task>"`).
     pub fn state(&self) -> &ScopedState {
         &self.state

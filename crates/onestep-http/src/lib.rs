@@ -7,7 +7,7 @@
 //! |---|---|---|
 //! | `POST /v1/executions` | submit (`Idempotency-Key` header required) | 202 + execution |
 //! | `GET /v1/executions` | list newest first (`task_name`, `status`, `limit`, `cursor`) | `{items, next_cursor}` |
-//! | `GET /v1/executions/{id}` | one execution | execution |
+//! | `GET /v1/executions/{id}` | one execution, with its last `progress` | execution |
 //! | `POST /v1/executions/{id}/cancel` | cancel (`{"reason": …}` optional) | execution |
 //! | `GET /v1/executions/{id}/result` | the result, never waits | `{"result": …}` |
 //! | `GET /healthz` | checks the store | `{"status": "ok"}` |
@@ -48,6 +48,8 @@
 mod body;
 pub mod catalog;
 pub mod client;
+#[cfg(feature = "dashboard")]
+pub mod dashboard;
 mod error;
 pub mod metrics;
 mod openapi;
@@ -60,7 +62,6 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::Router;
 use axum::body::Body;
 use axum::extract::path::ErrorKind;
 use axum::extract::rejection::PathRejection;
@@ -75,6 +76,8 @@ use serde_json::{Map, Value, json};
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
+/// The router type every builder here returns (axum's), to merge into a service of your own.
+pub use axum::Router;
 pub use error::ApiError;
 pub use view::{execution_view, plain_json};
 
@@ -544,7 +547,12 @@ async fn get_one<B: ExecutionBackend + Clone + 'static>(
     id: Result<Path<String>, PathRejection>,
 ) -> Result<Response, ApiError> {
     match s.client.get(id_of(id)?).await? {
-        Some(e) => Ok(axum::Json(execution_view(&e)).into_response()),
+        Some(e) => {
+            let progress = s.client.progress(e.id).await?;
+            let mut view = execution_view(&e);
+            view["progress"] = progress.as_ref().map_or(Value::Null, plain_json);
+            Ok(axum::Json(view).into_response())
+        }
         None => Err(ApiError::new(StatusCode::NOT_FOUND, "execution not found")),
     }
 }

@@ -156,6 +156,7 @@ pub(crate) fn document(config: &Config<'_>) -> Value {
                 "status": {"$ref": "#/components/schemas/Status"}, "attempts": {"type": "integer", "minimum": 0}, "metadata": {"type": "object"},
                 "version": {"type": "integer", "minimum": 0}, "created_at": time, "available_at": time, "started_at": time,
                 "finished_at": time, "cancel_requested_at": time, "expires_at": time,
+                "progress": {"description": "The handler's last progress report (any JSON, null when none); only GET /v1/executions/{id} carries it"},
                 "error": {"type": ["object", "null"], "properties": {"kind": {"type": "string"}, "exception_type": {"type": "string"},
                     "stage": {"type": ["string", "null"]}, "backend": {"type": ["string", "null"]},
                     "operation": {"type": ["string", "null"]}, "connector_kind": {"type": ["string", "null"]},

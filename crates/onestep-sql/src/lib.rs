@@ -54,7 +54,7 @@ pub mod sqlite;
 
 pub use connector::SqlConnector;
 pub use dialect::{Dialect, PoolSettings};
-pub use machine::{BackendOptions, SqlExecutionBackend, StatusCount};
+pub use machine::{BackendOptions, PROGRESS_COLUMN, SqlExecutionBackend, StatusCount};
 
 use onestep_core::execution::ExecutionError;
 use onestep_core::{ConnectorErrorKind, ConnectorOperation, ConnectorOperationError};

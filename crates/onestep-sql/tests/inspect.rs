@@ -13,6 +13,7 @@ use onestep_core::execution::{
 };
 use onestep_sql::{Dialect, SqlExecutionBackend};
 use serde_json::json;
+use support::raw::Raw;
 use time::OffsetDateTime;
 
 fn request(task: &str, tenant: serde_json::Value, delay: Option<f64>) -> ExecutionRequest {
@@ -22,7 +23,7 @@ fn request(task: &str, tenant: serde_json::Value, delay: Option<f64>) -> Executi
     ExecutionRequest::new("insp", task, json!({"t": task}), options).unwrap()
 }
 
-async fn reads_what_an_operator_needs<D: Dialect>(dsn: &str) {
+async fn reads_what_an_operator_needs<D: Dialect + Raw>(dsn: &str) {
     let b = SqlExecutionBackend::<D>::new(dsn, support::live::fresh_options()).unwrap();
     b.open().await.unwrap();
     // report: 3 ready, 1 delayed; mail: 2 ready (tenant 7, a number), one elsewhere.
@@ -135,6 +136,43 @@ async fn reads_what_an_operator_needs<D: Dialect>(dsn: &str) {
     assert_eq!(active[0].attempt, 1);
     assert!(active[0].heartbeat_at.is_some() && active[0].started_at.is_some());
 
+    // Progress: kept while the lease holds, read back by id, refused after the attempt ends.
+    let running = &leases[1];
+    assert_eq!(
+        b.progress("insp", running.execution.id).await.unwrap(),
+        None
+    );
+    let reported = json!({"done": 40, "total": 100, "stage": "rendering"});
+    assert!(
+        b.report_progress(
+            running.execution.id,
+            running.attempt_id,
+            running.lease_token,
+            &reported
+        )
+        .await
+        .unwrap()
+    );
+    assert_eq!(
+        b.progress("insp", running.execution.id).await.unwrap(),
+        Some(reported.clone())
+    );
+    assert_eq!(
+        b.progress("other", running.execution.id).await.unwrap(),
+        None
+    );
+    assert!(
+        !b.report_progress(
+            done.execution.id,
+            done.attempt_id,
+            done.lease_token,
+            &reported
+        )
+        .await
+        .unwrap(),
+        "a finished attempt's lease no longer admits progress"
+    );
+
     let attempts = b.attempts_of("insp", done.execution.id).await.unwrap();
     assert_eq!(attempts.len(), 1);
     assert!(
@@ -178,6 +216,38 @@ async fn reads_what_an_operator_needs<D: Dialect>(dsn: &str) {
     assert_eq!(recent.items.len(), 5, "all but the first report");
     let bad = b.search(&by_tenant("a'b", "x")).await.unwrap_err();
     assert!(bad.to_string().starts_with("metadata_key must be"), "{bad}");
+
+    // A table as the reference creates it (no progress column), opened without auto_create:
+    // progress is neither kept nor an error.
+    let options = support::live::fresh_options();
+    let creator = SqlExecutionBackend::<D>::new(dsn, options.clone()).unwrap();
+    creator.open().await.unwrap();
+    let strict =
+        SqlExecutionBackend::<D>::new(dsn, options.clone().with_auto_create(false)).unwrap();
+    let drop_column = format!(
+        "ALTER TABLE {} DROP COLUMN {}",
+        D::quote(&options.table),
+        onestep_sql::PROGRESS_COLUMN,
+    );
+    D::exec(creator.connector(), &drop_column).await;
+    strict.open().await.unwrap();
+    let id = strict
+        .submit(request("report", json!("x"), None))
+        .await
+        .unwrap()
+        .id;
+    let lease = strict
+        .claim("insp", &["report".into()], 1, Duration::from_secs(60), "w")
+        .await
+        .unwrap()
+        .remove(0);
+    assert!(
+        !strict
+            .report_progress(id, lease.attempt_id, lease.lease_token, &json!(1))
+            .await
+            .unwrap()
+    );
+    assert_eq!(strict.progress("insp", id).await.unwrap(), None);
 }
 
 #[tokio::test]

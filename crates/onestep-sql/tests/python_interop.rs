@@ -953,9 +953,22 @@ async fn tables_created_by_either_side_are_accepted<D: Db>() {
         };
         let python_shape = normalize(D::table_shape(&by_python.url, p).await, by_python.store());
         let rust_shape = normalize(D::table_shape(&by_rust.url, r).await, by_rust.store());
-        // The one addition of ours: on MySQL/MariaDB the generated claim column and its two
-        // indexes (additive, ignored by the reference; docs/compatibility.md). Nothing else may
-        // differ.
+        // Our additions: the nullable progress column (every dialect), and on MySQL/MariaDB
+        // the generated claim column and its two indexes (additive, ignored by the reference;
+        // docs/compatibility.md). Nothing else may differ.
+        let (progress, rust_shape): (Vec<String>, Vec<String>) = rust_shape
+            .into_iter()
+            .partition(|l| l.contains(onestep_sql::PROGRESS_COLUMN));
+        if p == &by_python.options.table {
+            assert_eq!(progress.len(), 1, "the progress column: {progress:#?}");
+            assert!(
+                !progress[0].to_lowercase().contains("not null"),
+                "the progress column is nullable: {}",
+                progress[0]
+            );
+        } else {
+            assert!(progress.is_empty(), "{progress:#?}");
+        }
         let (additive, rust_shape): (Vec<String>, Vec<String>) = rust_shape
             .into_iter()
             .partition(|l| l.contains("onestep_claim_task"));

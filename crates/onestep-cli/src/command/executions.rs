@@ -76,7 +76,7 @@ enum Action {
         #[arg(long)]
         cursor: Option<String>,
     },
-    /// One execution.
+    /// One execution, with the last progress its handler reported.
     Get {
         /// The execution id.
         id: String,
@@ -284,8 +284,11 @@ async fn run<D: Dialect>(args: &ExecutionsArgs, dsn: &str) -> anyhow::Result<(St
             }
         }
         Action::Get { id } => match client()?.get(parse_id(id)?).await? {
-            Some(e) if json => (serde_json::to_string_pretty(&view(&e))?, 0),
-            Some(e) => (serde_json::to_string_pretty(&view(&e))?, 0),
+            Some(e) => {
+                let mut shown = view(&e);
+                shown["progress"] = client()?.progress(e.id).await?.unwrap_or(Value::Null);
+                (serde_json::to_string_pretty(&shown)?, 0)
+            }
             None => (
                 format!("execution {id} was not found in namespace {}", namespace()?),
                 1,

@@ -10,6 +10,7 @@ use onestep_core::execution::{
 use onestep_core::{AppHandle, MaxAttempts, OneStepApp, Task, TaskContext, TaskError};
 use onestep_http::ExecutionApi;
 use onestep_http::client::{Reply, request};
+use onestep_http::dashboard::Dashboard;
 use onestep_sql::BackendOptions;
 use onestep_sql::sqlite::SqliteExecutionBackend;
 use serde_json::{Value, json};
@@ -31,9 +32,15 @@ pub struct QuickstartArgs {
     /// when every step behaved as documented.
     #[arg(long)]
     tour: bool,
+    /// Do not submit the demo executions (a few per second of every task, so the dashboard has
+    /// something to show); only what you submit runs.
+    #[arg(long)]
+    no_demo: bool,
 }
 
 const NAMESPACE: &str = "quickstart";
+/// Where the dashboard is mounted.
+const DASHBOARD: &str = "/ui";
 const TASKS: [&str; 4] = ["hello", "flaky", "always_fails", "sleep"];
 
 async fn hello(_ctx: TaskContext, input: Value) -> Result<Value, TaskError> {
@@ -61,9 +68,26 @@ async fn sleep(ctx: TaskContext, input: Value) -> Result<Value, TaskError> {
         .and_then(Value::as_f64)
         .unwrap_or(30.0)
         .clamp(0.0, 3600.0);
-    tokio::select! {
-        _ = tokio::time::sleep(Duration::from_secs_f64(seconds)) => Ok(json!({"slept_s": seconds})),
-        _ = ctx.cancellation().cancelled() => Err(TaskError::new("CancelledError", "cancelled")),
+    // Reports progress every quarter second (the store keeps at most one write a second).
+    let started = Instant::now();
+    let total = Duration::from_secs_f64(seconds);
+    let mut tick = tokio::time::interval(Duration::from_millis(250));
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {
+                let slept = started.elapsed().min(total);
+                let _ = ctx.report_progress(json!({
+                    "slept_s": (slept.as_secs_f64() * 10.0).round() / 10.0,
+                    "of_s": seconds,
+                }));
+                if slept >= total {
+                    return Ok(json!({"slept_s": seconds}));
+                }
+            }
+            _ = ctx.cancellation().cancelled() => {
+                return Err(TaskError::new("CancelledError", "cancelled"));
+            }
+        }
     }
 }
 
@@ -108,6 +132,7 @@ fn worker(backend: &SqliteExecutionBackend, retry_delay: Duration) -> anyhow::Re
 
 struct Running {
     addr: String,
+    client: ExecutionClient<SqliteExecutionBackend>,
     worker: AppHandle,
     worker_task: tokio::task::JoinHandle<onestep_core::Result<()>>,
     api_stop: tokio::sync::oneshot::Sender<()>,
@@ -123,10 +148,18 @@ async fn start(
     let backend = SqliteExecutionBackend::new(&dsn, BackendOptions::default())?;
     let client = ExecutionClient::new(backend.clone(), NAMESPACE)?;
     client.open().await?;
+    let demo_client = client.clone();
     let listener = onestep_http::bind(listen).await?;
     let addr = listener.local_addr()?.to_string();
     let (api_stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let router = ExecutionApi::new(client).allow_tasks(TASKS).router();
+    let dashboard = Dashboard::new(backend.clone(), NAMESPACE)?
+        .prefix(DASHBOARD)?
+        .refresh_every(Duration::from_secs(2))
+        .router();
+    let router = ExecutionApi::new(client)
+        .allow_tasks(TASKS)
+        .router()
+        .merge(dashboard);
     let api_task = tokio::spawn(onestep_http::serve(listener, router, async move {
         let _ = stopped.await;
     }));
@@ -135,6 +168,7 @@ async fn start(
     let worker_task = tokio::spawn(async move { app.serve().await });
     Ok(Running {
         addr,
+        client: demo_client,
         worker: handle,
         worker_task,
         api_stop,
@@ -149,6 +183,26 @@ impl Running {
         let _ = self.api_stop.send(());
         self.api_task.await??;
         Ok(())
+    }
+}
+
+/// Submits demo executions until aborted: about one a second, cycling through the tasks (a
+/// greeting most often, now and then one that retries, fails, or sleeps a few seconds).
+async fn demo(client: ExecutionClient<SqliteExecutionBackend>) {
+    let names = ["ada", "grace", "edsger", "barbara", "alan"];
+    for n in 0usize.. {
+        let (task, payload) = match n % 10 {
+            3 => ("flaky", json!({})),
+            6 => ("sleep", json!({"seconds": 3 + n % 5})),
+            9 => ("always_fails", json!({})),
+            _ => ("hello", json!({"name": names[n % names.len()]})),
+        };
+        let mut options = onestep_core::execution::SubmitOptions::default();
+        options.metadata.insert("source".into(), json!("demo"));
+        if let Err(e) = client.submit(task, &payload, options).await {
+            tracing::warn!(error = %e, "demo submission failed");
+        }
+        tokio::time::sleep(Duration::from_millis(900)).await;
     }
 }
 
@@ -203,6 +257,7 @@ fn curl_help(addr: &str, state: &DbState, run: &str) -> String {
     };
     format!(
         r#"onestep quickstart: API on http://{addr}, worker running tasks {tasks:?}.
+Dashboard: http://{addr}{DASHBOARD}/  (open it in a browser; no sign-in, it listens on {addr} only)
 State: {db} ({kept}); kept between runs, `--fresh` starts empty.
 
 Try (keys end in this run's "{run}", so they are new):
@@ -258,7 +313,14 @@ pub async fn run(args: QuickstartArgs) -> u8 {
     };
     let run_id = uuid::Uuid::new_v4().simple().to_string()[..6].to_owned();
     println!("{}", curl_help(&running.addr, &state, &run_id));
+    if !args.no_demo {
+        println!("Demo executions are being submitted (`--no-demo` stops that).");
+    }
+    let demo = (!args.no_demo).then(|| tokio::spawn(demo(running.client.clone())));
     super::serve::shutdown_signal().await;
+    if let Some(demo) = demo {
+        demo.abort();
+    }
     println!("stopping…");
     match running.stop().await {
         Ok(()) => 0,

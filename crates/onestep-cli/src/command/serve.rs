@@ -2,6 +2,7 @@
 
 use onestep_core::execution::ExecutionClient;
 use onestep_http::ExecutionApi;
+use onestep_http::dashboard::Dashboard;
 use onestep_http::metrics::{HttpMetrics, api_metrics_route, with_http_metrics};
 use onestep_sql::{BackendOptions, Dialect, SqlExecutionBackend};
 
@@ -51,6 +52,25 @@ pub struct ServeArgs {
     /// Requests handled at once; more are answered 503 (Retry-After: 1).
     #[arg(long, default_value = "512", value_parser = clap::value_parser!(u32).range(1..))]
     max_in_flight: u32,
+    /// Also serve the web dashboard of the namespace (under `--ui-prefix`). With a bearer token
+    /// set, the dashboard asks for it too (a sign-in page, then a session cookie).
+    #[arg(long)]
+    ui: bool,
+    /// Where the dashboard lives: a path like `/ui`, or `""` for the root.
+    #[arg(long, default_value = "/ui", requires = "ui")]
+    ui_prefix: String,
+    /// The dashboard shows, but offers no cancel or "submit again".
+    #[arg(long, requires = "ui")]
+    ui_read_only: bool,
+    /// Protect the dashboard with HTTP basic authentication, `USER:PASSWORD`
+    /// (`ONESTEP_UI_BASIC_AUTH` when absent) instead of the bearer token.
+    #[arg(
+        long,
+        env = "ONESTEP_UI_BASIC_AUTH",
+        hide_env_values = true,
+        requires = "ui"
+    )]
+    ui_basic_auth: Option<String>,
 }
 
 /// Parses `--body-timeout-s`: a number of seconds above 0 that fits a duration.
@@ -70,6 +90,10 @@ async fn serve<D: Dialect>(args: &ServeArgs) -> anyhow::Result<()> {
         .with_attempts_table(args.attempts_table.clone())
         .with_auto_create(args.auto_create);
     let backend = SqlExecutionBackend::<D>::new(&args.dsn, options)?;
+    let dashboard = args
+        .ui
+        .then(|| dashboard(args, backend.clone()))
+        .transpose()?;
     let client = ExecutionClient::new(backend, &args.namespace)?;
     client.open().await?;
     let mut api = ExecutionApi::new(client).body_timeout(args.body_timeout_s);
@@ -83,14 +107,15 @@ async fn serve<D: Dialect>(args: &ServeArgs) -> anyhow::Result<()> {
     }
     let metrics = std::sync::Arc::new(HttpMetrics::default());
     let counters = std::sync::Arc::new(onestep_http::server::ServerCounters::default());
-    let router = with_http_metrics(
-        api.router().merge(api_metrics_route(
-            metrics.clone(),
-            counters.clone(),
-            args.bearer_token.clone(),
-        )),
-        metrics,
-    );
+    let mut routes = api.router().merge(api_metrics_route(
+        metrics.clone(),
+        counters.clone(),
+        args.bearer_token.clone(),
+    ));
+    if let Some(dashboard) = dashboard {
+        routes = routes.merge(dashboard);
+    }
+    let router = with_http_metrics(routes, metrics);
     let listener = onestep_http::bind(&args.listen).await?;
     // One start-up line, for people and for scripts that read the address (the port of
     // `--listen 127.0.0.1:0`); the log has its own (one) event.
@@ -100,6 +125,9 @@ async fn serve<D: Dialect>(args: &ServeArgs) -> anyhow::Result<()> {
         "serving http://{addr}/v1/executions (namespace {})",
         args.namespace
     );
+    if args.ui {
+        println!("dashboard http://{addr}{}/", args.ui_prefix);
+    }
     let mut limits = onestep_http::ServerLimits::default()
         .header_timeout(args.header_timeout_s)?
         .idle_timeout(args.idle_timeout_s)?
@@ -111,6 +139,33 @@ async fn serve<D: Dialect>(args: &ServeArgs) -> anyhow::Result<()> {
     onestep_http::server::serve_counted(listener, router, limits, counters, shutdown_signal())
         .await?;
     Ok(())
+}
+
+/// The dashboard router `args` ask for, over `backend`.
+fn dashboard<D: Dialect>(
+    args: &ServeArgs,
+    backend: SqlExecutionBackend<D>,
+) -> anyhow::Result<onestep_http::Router> {
+    let mut ui = Dashboard::new(backend, &args.namespace)?
+        .prefix(&args.ui_prefix)?
+        .read_only(args.ui_read_only);
+    match (&args.ui_basic_auth, &args.bearer_token) {
+        (Some(pair), _) => {
+            let Some((user, password)) = pair
+                .split_once(':')
+                .filter(|(u, p)| !u.is_empty() && !p.is_empty())
+            else {
+                anyhow::bail!("--ui-basic-auth must be USER:PASSWORD, both non-empty");
+            };
+            ui = ui.basic_auth(user, password);
+        }
+        (None, Some(token)) => ui = ui.bearer_token(token.clone()),
+        (None, None) => tracing::warn!(
+            "the dashboard has no authentication: anyone who reaches the address can cancel \
+             and resubmit executions (set --bearer-token or --ui-basic-auth)"
+        ),
+    }
+    Ok(ui.router())
 }
 
 /// Resolves on SIGINT or SIGTERM.

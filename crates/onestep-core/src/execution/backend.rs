@@ -90,6 +90,13 @@ pub trait ExecutionBackend: Send + Sync {
         Ok(false)
     }
 
+    /// The last progress a handler reported for execution `id` of `namespace`
+    /// ([`ExecutionInfo::report_progress`](super::ExecutionInfo::report_progress)); `None` when
+    /// none was (or the backend keeps none).
+    async fn progress(&self, _namespace: &str, _id: Uuid) -> ExecutionResult<Option<Value>> {
+        Ok(None)
+    }
+
     /// The waiting executions of `task_names` in `namespace`, one entry per task that has any,
     /// for the queue-depth metrics; `None` when the backend cannot tell cheaply.
     async fn backlog(
@@ -170,6 +177,18 @@ pub trait LeasedExecutionBackend: ExecutionBackend {
 
     /// Checks a result can be stored (encodable, within the size limit) without writing anything.
     fn validate_result(&self, result: &Value) -> ExecutionResult<()>;
+
+    /// Stores `progress` as the execution's latest progress while the lease holds; `Ok(false)`
+    /// when it was not stored (the lease is gone, or the backend keeps no progress).
+    async fn report_progress(
+        &self,
+        _execution_id: Uuid,
+        _attempt_id: Uuid,
+        _lease_token: Uuid,
+        _progress: &Value,
+    ) -> ExecutionResult<bool> {
+        Ok(false)
+    }
 
     /// Waits up to `timeout` for work that `task_names` in `namespace` may claim (a submit, a
     /// release, a retry due now). The default sleeps `timeout`; backends with a wake-up channel

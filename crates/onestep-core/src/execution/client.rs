@@ -159,6 +159,12 @@ impl<B: ExecutionBackend> ExecutionClient<B> {
         ExecutionRequest::new(&self.namespace, task, payload, options)
     }
 
+    /// The last progress the handler of execution `id` reported (`None` when none was, or the
+    /// backend keeps none).
+    pub async fn progress(&self, id: Uuid) -> ExecutionResult<Option<Value>> {
+        self.backend.progress(&self.namespace, id).await
+    }
+
     /// The execution, or `None` when it does not exist in this namespace.
     pub async fn get(&self, id: Uuid) -> ExecutionResult<Option<Execution>> {
         self.backend.get(&self.namespace, id).await

@@ -160,6 +160,10 @@ impl<D: Dialect> ExecutionBackend for SqlExecutionBackend<D> {
         Self::finish(tx, out, op).await
     }
 
+    async fn progress(&self, namespace: &str, id: Uuid) -> ExecutionResult<Option<Value>> {
+        self.read_progress(namespace, id).await
+    }
+
     async fn backlog(
         &self,
         namespace: &str,
@@ -171,6 +175,17 @@ impl<D: Dialect> ExecutionBackend for SqlExecutionBackend<D> {
 
 #[async_trait]
 impl<D: Dialect> LeasedExecutionBackend for SqlExecutionBackend<D> {
+    async fn report_progress(
+        &self,
+        execution_id: Uuid,
+        _attempt_id: Uuid,
+        lease_token: Uuid,
+        progress: &Value,
+    ) -> ExecutionResult<bool> {
+        self.write_progress(execution_id, lease_token, progress)
+            .await
+    }
+
     async fn claim(
         &self,
         namespace: &str,

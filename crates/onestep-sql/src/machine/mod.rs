@@ -9,6 +9,7 @@
 //! | `lease` | check, renew and release a lease |
 //! | `complete` | complete an attempt, one or a batch (cancel wins, replays, lost leases) |
 //! | `admin` | attempts of one execution, counts per status, pruning |
+//! | `progress` | the additive progress column: added with the tables, written by reports, read by the API |
 //! | `inspect` | the [`ExecutionInspector`](onestep_core::execution::ExecutionInspector) reads of a dashboard and the queue-depth metrics |
 //! | `statements` | every statement, rendered once for the tables and dialect |
 //!
@@ -22,9 +23,11 @@ mod complete;
 mod inspect;
 mod lease;
 mod maintain;
+mod progress;
 mod statements;
 mod submit;
 
+pub use progress::PROGRESS_COLUMN;
 use statements::{ClaimColumn, Statements, one_statement_claim};
 
 use std::marker::PhantomData;
@@ -188,6 +191,8 @@ struct Inner<D: Dialect> {
     ready: AsyncMutex<bool>,
     /// The claim column and the statements that use it, derived when the backend becomes ready.
     claim_column: std::sync::OnceLock<ClaimColumn>,
+    /// Whether the executions table has the progress column, learned when the backend opens.
+    progress_column: std::sync::atomic::AtomicBool,
     opens: AtomicUsize,
     last_maintenance: std::sync::Mutex<Option<std::time::Instant>>,
     /// When the expiry sweep last ran in this process.
@@ -381,6 +386,7 @@ impl<D: Dialect> SqlExecutionBackend<D> {
                 options,
                 ready: AsyncMutex::new(false),
                 claim_column: std::sync::OnceLock::new(),
+                progress_column: std::sync::atomic::AtomicBool::new(false),
                 opens: AtomicUsize::new(0),
                 last_maintenance: std::sync::Mutex::new(None),
                 last_expiry_sweep: std::sync::Mutex::new(None),
@@ -416,6 +422,10 @@ impl<D: Dialect> SqlExecutionBackend<D> {
                 .inner
                 .claim_column
                 .set(ClaimColumn::new(column, &self.inner.statements));
+            let progress = self.ensure_progress_column(&pool).await?;
+            self.inner
+                .progress_column
+                .store(progress, Ordering::Relaxed);
             *ready = true;
         }
         Ok(pool)

@@ -18,6 +18,8 @@ pub(super) struct ExecutionDelivery<B> {
     pub(super) attempt_id: Uuid,
     pub(super) lease_token: Uuid,
     pub(super) lease: Arc<LeaseState>,
+    /// The handler's progress reports.
+    pub(super) progress: Arc<Progress>,
     /// The source's lease renewer.
     pub(super) heartbeats: Arc<Heartbeater<B>>,
     /// Whether the renewer holds this delivery's lease (from start until completion).
@@ -149,6 +151,7 @@ impl<B: LeasedExecutionBackend + Clone + 'static> ManagedDelivery for ExecutionD
             attempt_id: self.attempt_id,
             attempt: self.envelope.attempts.saturating_add(1),
             lease: self.lease.clone(),
+            progress: self.progress.clone(),
         }
     }
 
@@ -163,6 +166,8 @@ impl<B: LeasedExecutionBackend + Clone + 'static> ManagedDelivery for ExecutionD
         if let Some(done) = &self.completed {
             return Ok(done.clone());
         }
+        // The last report is written while the lease still holds.
+        self.progress.flush().await;
         self.stop_heartbeat();
         let succeeded = matches!(completion, ExecutionCompletion::Succeeded { .. });
         let ids = (self.execution_id, self.attempt_id, self.lease_token);

@@ -25,6 +25,7 @@ pub struct ExecutionInfo {
     pub(super) attempt_id: Uuid,
     pub(super) attempt: u32,
     pub(super) lease: Arc<LeaseState>,
+    pub(super) progress: Arc<super::progress::Progress>,
 }
 
 impl ExecutionInfo {
@@ -56,6 +57,17 @@ impl ExecutionInfo {
     /// [cancellation](crate::TaskContext::cancellation) fires then too.
     pub fn cancel_requested(&self) -> bool {
         self.lease.cancel_requested.load(Ordering::SeqCst)
+    }
+
+    /// Reports how far the attempt got, as any JSON value (`{"done": 40, "total": 100}`): the
+    /// API, the CLI and the dashboard show the latest one. Reports are cheap: the store is
+    /// written at most once per [`PROGRESS_INTERVAL`](super::PROGRESS_INTERVAL), with the latest
+    /// value, and the last one before the attempt completes. Refused (nothing kept) when the
+    /// value is larger than [`MAX_PROGRESS_BYTES`](super::MAX_PROGRESS_BYTES) as JSON or holds
+    /// U+0000. Tables without the progress column (created by the reference, without
+    /// `auto_create`) keep nothing.
+    pub fn report_progress(&self, progress: Value) -> ExecutionResult<()> {
+        self.progress.report(progress)
     }
 }
 

@@ -62,12 +62,15 @@ mod completer;
 mod delivery;
 mod info;
 mod options;
+mod progress;
 mod renewer;
 
 use completer::*;
 use delivery::*;
 pub use info::ExecutionInfo;
 pub use options::ExecutionSourceOptions;
+use progress::Progress;
+pub use progress::{MAX_PROGRESS_BYTES, PROGRESS_INTERVAL};
 use renewer::*;
 
 /// A [`Source`] that claims tracked executions of one task under a lease.
@@ -228,7 +231,16 @@ impl<B: LeasedExecutionBackend + Clone + 'static> ExecutionSource<B> {
             meta,
             attempts: lease.execution.attempts.saturating_sub(1),
         };
+        let (backend, ids) = (
+            self.backend.clone(),
+            (lease.execution.id, lease.attempt_id, lease.lease_token),
+        );
+        let progress = Progress::new(Arc::new(move |value| {
+            let backend = backend.clone();
+            Box::pin(async move { backend.report_progress(ids.0, ids.1, ids.2, &value).await })
+        }));
         ExecutionDelivery {
+            progress,
             backend: self.backend.clone(),
             envelope,
             execution_id: lease.execution.id,

@@ -266,6 +266,7 @@ fn lint() -> Result<()> {
 /// `cargo xtask test`: `cargo test --workspace [extra]` with database servers provided, which
 /// are cleaned up afterwards whatever the outcome.
 fn test(options: Options, extra: &[String]) -> Result<()> {
+    let chromedriver = browser()?;
     let servers = Servers::provide(options, &kind::Kind::ALL)?;
     let mut args = vec!["test", "--workspace"];
     args.extend(extra.iter().map(String::as_str));
@@ -277,6 +278,8 @@ fn test(options: Options, extra: &[String]) -> Result<()> {
         .map(|(key, value)| (*key, value.as_str()))
         .collect();
     env.push(("TMPDIR", &tmpdir));
+    let chromedriver = chromedriver.to_string_lossy().into_owned();
+    env.push(("ONESTEP_CHROMEDRIVER", &chromedriver));
     // The passwords of the URLs handed to the tests (throwaway servers have random ones; the
     // local default servers use trust auth and have none; RabbitMQ's `guest` is public, and
     // the word is too common to withhold lines for).
@@ -295,6 +298,23 @@ fn test(options: Options, extra: &[String]) -> Result<()> {
         }
         (tested, cleaned) => tested.and(cleaned),
     }
+}
+
+/// chromedriver for the dashboard's browser tests: Debian's `chromium` and `chromium-driver`,
+/// installed when missing.
+fn browser() -> Result<PathBuf> {
+    let found =
+        || sys::find_program("chromedriver").filter(|_| sys::find_program("chromium").is_some());
+    if let Some(path) = found() {
+        return Ok(path);
+    }
+    sys::apt_install(
+        &["chromium", "chromium-driver"],
+        "the dashboard's browser tests need Chromium and chromedriver",
+    )?;
+    found().ok_or_else(|| {
+        anyhow::anyhow!("chromedriver is still missing after installing chromium-driver")
+    })
 }
 
 /// [`cargo`], with its output passed through line by line and scanned for `secrets` (DSN

@@ -39,7 +39,8 @@ pub fn register(registry: &mut Registry) {
     registry.handler_with_params("onestep:exec", exec);
 }
 
-/// `{"seconds": n}` (default 1): sleeps, stopping at once when the attempt is cancelled.
+/// `{"seconds": n}` (default 1): sleeps, stopping at once when the attempt is cancelled, and
+/// reports `{"slept_s", "of_s"}` progress every half second when it runs a tracked execution.
 async fn sleep(ctx: TaskContext, input: Value) -> Result<Value, TaskError> {
     let seconds = input.get("seconds").and_then(Value::as_f64).unwrap_or(1.0);
     if !(seconds.is_finite() && (0.0..=onestep_core::clock::MAX_SECONDS).contains(&seconds)) {
@@ -48,9 +49,29 @@ async fn sleep(ctx: TaskContext, input: Value) -> Result<Value, TaskError> {
             format!("seconds must be a finite number >= 0, got {seconds}"),
         ));
     }
-    tokio::select! {
-        _ = tokio::time::sleep(Duration::from_secs_f64(seconds)) => Ok(serde_json::json!({"slept_s": seconds})),
-        _ = ctx.cancellation().cancelled() => Err(TaskError::new("CancelledError", "sleep was cancelled")),
+    // A tracked execution shows how far it slept (the store keeps one write a second at most).
+    let started = std::time::Instant::now();
+    let total = Duration::from_secs_f64(seconds);
+    let mut tick = tokio::time::interval(Duration::from_millis(500));
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {
+                let slept = started.elapsed().min(total);
+                if slept >= total {
+                    return Ok(serde_json::json!({"slept_s": seconds}));
+                }
+                let _ = ctx.report_progress(serde_json::json!({
+                    "slept_s": (slept.as_secs_f64() * 10.0).round() / 10.0,
+                    "of_s": seconds,
+                }));
+            }
+            _ = tokio::time::sleep(total.saturating_sub(started.elapsed())) => {
+                return Ok(serde_json::json!({"slept_s": seconds}));
+            }
+            _ = ctx.cancellation().cancelled() => {
+                return Err(TaskError::new("CancelledError", "sleep was cancelled"));
+            }
+        }
     }
 }
 

@@ -74,6 +74,8 @@ pub(crate) fn page<B>(
                 meta charset="utf-8";
                 meta name="viewport" content="width=device-width, initial-scale=1";
                 title { (title) " · onestep" }
+                // No icon: a page asks for none (an absent /favicon.ico would be an error).
+                link rel="icon" href="data:,";
                 link rel="stylesheet" href={ (p) "/assets/app.css" };
                 script src={ (p) "/assets/app.js" } defer {}
             }
@@ -121,6 +123,7 @@ pub(crate) fn login(prefix: &str, problem: Option<&str>) -> Html<String> {
                 head {
                     meta charset="utf-8";
                     title { "Sign in · onestep" }
+                    link rel="icon" href="data:,";
                 }
                 body {
                     h1 { "onestep dashboard" }

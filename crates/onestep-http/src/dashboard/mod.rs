@@ -184,7 +184,8 @@ impl<B: ExecutionInspector + Clone + 'static> Dashboard<B> {
 }
 
 /// The headers every dashboard answer carries: a strict CSP (only this origin's script and
-/// style, no framing), no sniffing, no referrer, and no caching of pages that show live data.
+/// style, no framing), no sniffing, no referrer to other sites, and no caching of pages that
+/// show live data.
 async fn secure_headers(mut response: axum::response::Response) -> axum::response::Response {
     let headers = response.headers_mut();
     for (name, value) in [
@@ -194,7 +195,9 @@ async fn secure_headers(mut response: axum::response::Response) -> axum::respons
              connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
         ),
         (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
-        (header::REFERRER_POLICY, "no-referrer"),
+        // Not `no-referrer`: with it a browser sends `Origin: null` on the action forms, which
+        // the origin check refuses.
+        (header::REFERRER_POLICY, "same-origin"),
         (header::X_FRAME_OPTIONS, "DENY"),
     ] {
         headers.insert(name, HeaderValue::from_static(value));

@@ -400,6 +400,7 @@ fn quickstart_says_what_earlier_runs_left_and_fresh_starts_empty() {
             "127.0.0.1:0",
             "--db",
             db.to_str().unwrap(),
+            "--no-demo",
         ]);
         if fresh {
             cmd.arg("--fresh");
@@ -412,6 +413,8 @@ fn quickstart_says_what_earlier_runs_left_and_fresh_starts_empty() {
         let mut lines =
             std::io::BufRead::lines(std::io::BufReader::new(child.stdout.take().unwrap()));
         let first = lines.next().unwrap().unwrap();
+        let dashboard = lines.next().unwrap().unwrap();
+        assert!(dashboard.starts_with("Dashboard: http://"), "{dashboard}");
         let state = lines.next().unwrap().unwrap();
         let addr = first
             .split("http://")
@@ -459,6 +462,75 @@ fn quickstart_says_what_earlier_runs_left_and_fresh_starts_empty() {
     let (child, _, state) = start(true);
     assert!(state.contains("(empty)"), "{state}");
     stop(child);
+}
+
+/// What a person does first: runs the quickstart, opens the printed dashboard URL, and sees the
+/// demo executions move through their states (here with a plain HTTP client; the browser test
+/// drives the same pages in Chromium).
+#[test]
+fn the_quickstart_dashboard_shows_the_demo_executions_moving() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("demo.db");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_onestep"))
+        .args([
+            "quickstart",
+            "--listen",
+            "127.0.0.1:0",
+            "--db",
+            db.to_str().unwrap(),
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(child.stdout.take().unwrap()));
+    let url = loop {
+        let line = lines.next().expect("quickstart exited").unwrap();
+        if let Some(rest) = line.strip_prefix("Dashboard: ") {
+            break rest.split_whitespace().next().unwrap().to_owned();
+        }
+    };
+    std::thread::spawn(move || lines.for_each(drop));
+    let (addr, prefix) = url
+        .trim_start_matches("http://")
+        .split_once('/')
+        .map(|(a, p)| (a.to_owned(), format!("/{p}")))
+        .unwrap();
+    let page = |path: &str| {
+        use std::io::{Read, Write};
+        let mut stream = std::net::TcpStream::connect(&addr).unwrap();
+        write!(
+            stream,
+            "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut text = String::new();
+        stream.read_to_string(&mut text).unwrap();
+        text
+    };
+    let mut seen = std::collections::BTreeSet::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(40);
+    while !(seen.contains("succeeded") && seen.contains("running") && seen.contains("failed")) {
+        assert!(std::time::Instant::now() < deadline, "saw only {seen:?}");
+        let listing = page(&format!("{prefix}executions"));
+        assert!(listing.starts_with("HTTP/1.1 200"), "{listing}");
+        for status in ["queued", "running", "retrying", "succeeded", "failed"] {
+            if listing.contains(&format!("status-{status}\"")) {
+                seen.insert(status);
+            }
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let overview = page(&prefix);
+    assert!(
+        overview.contains("id=\"counts\"") && overview.contains(">hello<"),
+        "{overview}"
+    );
+    Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(child.wait().unwrap().success());
 }
 
 #[test]

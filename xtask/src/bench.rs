@@ -244,6 +244,24 @@ fn run_all(
             }
             println!("{line}");
             lines.push(line);
+            // The metrics' cost: the PostgreSQL burn-down again, right after, with the exporter
+            // and a scrape every second (issue: at most 5 % slower).
+            if label == "postgres" && (submit_batch, rate, history) == (0, 0, 0) {
+                let mut cmd = Command::new(burndown);
+                cmd.args(["--dsn", &dsn])
+                    .args(["--n", &options.n.to_string()])
+                    .args(["--concurrency", &options.concurrency.to_string()])
+                    .args(["--batch", &options.batch.to_string()])
+                    .args(["--prefetch", &options.prefetch.to_string()])
+                    .args(["--submit-batch", "0", "--metrics", "on"]);
+                let mut line = json_line(cmd, "onestep on postgres with metrics")?;
+                if let Value::Object(map) = &mut line {
+                    map.insert("system".into(), "onestep (Rust), metrics on".into());
+                    map.insert("server".into(), label.into());
+                }
+                println!("{line}");
+                lines.push(line);
+            }
             if label == "sqlite" {
                 remove_sqlite(&sqlite_file)?;
             }

@@ -262,6 +262,10 @@ async fn hostile_requests_get_a_clear_4xx_and_write_nothing(store: Store) {
     )
     .await;
     let victim_id = victim["id"].as_str().unwrap().to_string();
+    // As GET shows it (with `progress`, which the submit answer does not carry).
+    let victim = call(&addr, &get(&format!("/v1/executions/{victim_id}")))
+        .await
+        .body;
     let before = store.rows().await;
     assert_eq!(before.0.len(), 1);
 

@@ -4,7 +4,8 @@
 //! the end. `cargo xtask bench` runs it on every backend, beside the peers.
 //!
 //! `cargo run --release -p onestep-sql --example burndown -- --dsn URL [--n 20000]
-//! [--concurrency 64] [--batch 100] [--prefetch 0] [--submit-batch 0]` (`--submit-batch 0`: one by one).
+//! [--concurrency 64] [--batch 100] [--prefetch 0] [--submit-batch 0] [--metrics off|on]`
+//! (`--submit-batch 0`: one by one; `--metrics on`: the exporter and a scrape every second).
 //!
 //! Steady mode (`--rate R [--seconds S]`): the worker starts first and goes idle, then R
 //! executions per second are submitted (in 10 ms ticks) for S seconds; the submit→running
@@ -39,6 +40,11 @@ struct Args {
     seconds: usize,
     /// Finished executions of the same task put in the table before the run (cost vs history).
     history: usize,
+    /// `--metrics on`: the Prometheus exporter counts every task event and a scraper renders
+    /// `/metrics`' text (backlog sample included) every second, as `onestep run
+    /// --metrics-addr` under Prometheus does; `off` (the default): no exporter and the
+    /// execution counters switched off.
+    metrics: bool,
 }
 
 fn args() -> Result<Args, String> {
@@ -52,6 +58,7 @@ fn args() -> Result<Args, String> {
         rate: 0,
         seconds: 10,
         history: 0,
+        metrics: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -76,6 +83,13 @@ fn args() -> Result<Args, String> {
             "--rate" => a.rate = value()?.parse().map_err(|e| format!("--rate: {e}"))?,
             "--seconds" => a.seconds = value()?.parse().map_err(|e| format!("--seconds: {e}"))?,
             "--history" => a.history = value()?.parse().map_err(|e| format!("--history: {e}"))?,
+            "--metrics" => {
+                a.metrics = match value()?.as_str() {
+                    "on" => true,
+                    "off" => false,
+                    other => return Err(format!("--metrics: expected on or off, got {other:?}")),
+                }
+            }
             other => return Err(format!("unknown flag {other}")),
         }
     }
@@ -246,7 +260,25 @@ async fn run<D: Dialect>(a: Args) -> Result<Value, Box<dyn std::error::Error>> {
     // would also walk the history, and measure that instead of the drain.
     let handled_count = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let handled = handled_count.clone();
-    let app = OneStepApp::builder("bench")
+    let executions = onestep_core::metrics::execution::execution_metrics();
+    executions.set_enabled(a.metrics);
+    let mut builder = OneStepApp::builder("bench");
+    let mut scraper = None;
+    if a.metrics {
+        let exporter = Arc::new(onestep_core::metrics::PrometheusExporter::default());
+        let recorder = exporter.clone();
+        builder = builder.on_event(move |event| recorder.record(event));
+        scraper = Some(tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(1));
+            loop {
+                tick.tick().await;
+                executions.sample_backlog().await;
+                let text = exporter.render() + &executions.render();
+                std::hint::black_box(text.len());
+            }
+        }));
+    }
+    let app = builder
         .task(
             Task::new("noop")
                 .source(source)
@@ -366,6 +398,9 @@ async fn run<D: Dialect>(a: Args) -> Result<Value, Box<dyn std::error::Error>> {
         .await?;
         tx.commit().await?;
     }
+    if let Some(scraper) = scraper {
+        scraper.abort();
+    }
     backend.connector().close().await;
     Ok(json!({
         "backend": D::NAME,
@@ -377,6 +412,7 @@ async fn run<D: Dialect>(a: Args) -> Result<Value, Box<dyn std::error::Error>> {
         "mode": if steady { "steady" } else { "burn-down" },
         "history": a.history,
         "rate": a.rate,
+        "metrics": if a.metrics { "on" } else { "off" },
         "submit_per_s": (a.n as f64 / submit_s).round(),
         // Steady mode: completions per second over the whole offered period.
         "drain_per_s": if steady { (a.n as f64 / (submit_s + drain_s)).round() } else { (a.n as f64 / drain_s).round() },

@@ -217,19 +217,15 @@ async fn reads_what_an_operator_needs<D: Dialect + Raw>(dsn: &str) {
     let bad = b.search(&by_tenant("a'b", "x")).await.unwrap_err();
     assert!(bad.to_string().starts_with("metadata_key must be"), "{bad}");
 
-    // A table as the reference creates it (no progress column), opened without auto_create:
-    // progress is neither kept nor an error.
+    // A table as the reference creates it (its DDL, no progress column), opened without
+    // auto_create: progress is neither kept nor an error.
     let options = support::live::fresh_options();
-    let creator = SqlExecutionBackend::<D>::new(dsn, options.clone()).unwrap();
-    creator.open().await.unwrap();
+    let tables = onestep_sql::schema::TableNames::new(&options.table, &options.attempts_table);
+    for statement in onestep_sql::schema::render_ddl(D::SCHEMA, &tables).unwrap() {
+        D::exec(b.connector(), &statement).await;
+    }
     let strict =
         SqlExecutionBackend::<D>::new(dsn, options.clone().with_auto_create(false)).unwrap();
-    let drop_column = format!(
-        "ALTER TABLE {} DROP COLUMN {}",
-        D::quote(&options.table),
-        onestep_sql::PROGRESS_COLUMN,
-    );
-    D::exec(creator.connector(), &drop_column).await;
     strict.open().await.unwrap();
     let id = strict
         .submit(request("report", json!("x"), None))

@@ -106,6 +106,7 @@ struct Probe {
 
 /// The process's tracked-execution counters ([`execution_metrics`]).
 pub struct ExecutionMetrics {
+    enabled: std::sync::atomic::AtomicBool,
     state: Mutex<State>,
     probes: Mutex<BTreeMap<u64, Probe>>,
     next_probe: AtomicU64,
@@ -124,6 +125,7 @@ impl std::fmt::Debug for ExecutionMetrics {
 pub fn execution_metrics() -> &'static ExecutionMetrics {
     static METRICS: OnceLock<ExecutionMetrics> = OnceLock::new();
     METRICS.get_or_init(|| ExecutionMetrics {
+        enabled: std::sync::atomic::AtomicBool::new(true),
         state: Mutex::default(),
         probes: Mutex::default(),
         next_probe: AtomicU64::new(1),
@@ -159,8 +161,21 @@ fn add(map: &mut BTreeMap<Key, u64>, namespace: &str, task: &str, n: u64) {
 }
 
 impl ExecutionMetrics {
+    /// Turns counting on (the default) or off for the whole process; off, every record call
+    /// returns at once (what the benchmark's `--metrics off` measures against).
+    pub fn set_enabled(&self, enabled: bool) {
+        self.enabled.store(enabled, Ordering::Relaxed);
+    }
+
+    fn off(&self) -> bool {
+        !self.enabled.load(Ordering::Relaxed)
+    }
+
     /// Counts `n` submissions answered with an execution.
     pub fn submitted(&self, namespace: &str, task: &str, n: u64) {
+        if self.off() {
+            return;
+        }
         add(&mut lock(&self.state).submitted, namespace, task, n);
     }
 
@@ -172,6 +187,9 @@ impl ExecutionMetrics {
         task: &str,
         claims: impl IntoIterator<Item = (OffsetDateTime, OffsetDateTime)>,
     ) {
+        if self.off() {
+            return;
+        }
         let mut state = lock(&self.state);
         let key = (namespace.to_owned(), task.to_owned());
         let histogram = state
@@ -189,6 +207,9 @@ impl ExecutionMetrics {
 
     /// Counts an attempt of `task` that ended with the execution in `status`.
     pub fn completed(&self, namespace: &str, task: &str, status: &str) {
+        if self.off() {
+            return;
+        }
         *lock(&self.state)
             .completed
             .entry((namespace.to_owned(), task.to_owned(), status.to_owned()))
@@ -197,26 +218,32 @@ impl ExecutionMetrics {
 
     /// Counts a lease a heartbeat found lost.
     pub fn lease_lost(&self, namespace: &str, task: &str) {
+        if self.off() {
+            return;
+        }
         add(&mut lock(&self.state).leases_lost, namespace, task, 1);
     }
 
     /// Counts `n` expired leases handed back to the queue by maintenance (which sweeps every
     /// namespace of its tables).
     pub fn reclaimed(&self, n: u64) {
-        if n > 0 {
+        if n > 0 && !self.off() {
             lock(&self.state).reclaimed += n;
         }
     }
 
     /// Counts `n` waiting executions ended `expired` by maintenance.
     pub fn expired(&self, n: u64) {
-        if n > 0 {
+        if n > 0 && !self.off() {
             lock(&self.state).expired += n;
         }
     }
 
     /// Observes one batched heartbeat of `n` leases.
     pub fn heartbeat_batch(&self, n: usize) {
+        if self.off() {
+            return;
+        }
         lock(&self.state)
             .heartbeat_batches
             .get_or_insert_with(|| Histogram::new(&BATCH_BUCKETS))
@@ -225,6 +252,9 @@ impl ExecutionMetrics {
 
     /// Observes one batched completion of `n` attempts.
     pub fn completion_batch(&self, n: usize) {
+        if self.off() {
+            return;
+        }
         lock(&self.state)
             .completion_batches
             .get_or_insert_with(|| Histogram::new(&BATCH_BUCKETS))

@@ -305,6 +305,8 @@ async fn the_dashboard_works_in_a_real_browser() {
     let _driver = Guard(
         Command::new(chromedriver())
             .arg(format!("--port={driver_port}"))
+            // Chromium's scratch directories go into the test's directory, removed with it.
+            .env("TMPDIR", dir.path())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -314,7 +316,7 @@ async fn the_dashboard_works_in_a_real_browser() {
     let mut capabilities = serde_json::Map::new();
     capabilities.insert(
         "goog:chromeOptions".into(),
-        json!({"args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1280,1000"]}),
+        json!({"args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1280,1000", format!("--user-data-dir={}", dir.path().join("chromium").display())]}),
     );
     capabilities.insert("goog:loggingPrefs".into(), json!({"browser": "ALL"}));
     let mut connected = None;

@@ -103,7 +103,7 @@ pub trait ExecutionBackend: Send + Sync {
         &self,
         _namespace: &str,
         _task_names: &[String],
-    ) -> ExecutionResult<Option<Vec<super::inspect::TaskBacklog>>> {
+    ) -> ExecutionResult<Option<Vec<super::record::TaskBacklog>>> {
         Ok(None)
     }
 }

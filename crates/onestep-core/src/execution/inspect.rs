@@ -14,6 +14,7 @@ use uuid::Uuid;
 
 use super::backend::ExecutionBackend;
 use super::error::{ExecutionError, ExecutionResult};
+pub use super::record::TaskBacklog;
 use super::record::{ExecutionPage, ExecutionQuery};
 use super::status::ExecutionStatus;
 use super::stored::AttemptRow;
@@ -29,19 +30,6 @@ pub struct TaskStatusCount {
     pub count: u64,
     /// The oldest `created_at` among them.
     pub oldest_created_at: Option<OffsetDateTime>,
-}
-
-/// The waiting executions of one task (`queued` and `retrying`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TaskBacklog {
-    /// The task.
-    pub task_name: String,
-    /// Every waiting execution, ready or not yet due.
-    pub depth: u64,
-    /// Those a worker could claim now (`available_at` has passed).
-    pub ready: u64,
-    /// The earliest `available_at` that has passed: how long the oldest ready one has waited.
-    pub oldest_ready_at: Option<OffsetDateTime>,
 }
 
 /// Executions that reached a terminal status within one time bucket.

@@ -209,6 +209,19 @@ impl ExecutionQuery {
     }
 }
 
+/// The waiting executions of one task (`queued` and `retrying`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskBacklog {
+    /// The task.
+    pub task_name: String,
+    /// Every waiting execution, ready or not yet due.
+    pub depth: u64,
+    /// Those a worker could claim now (`available_at` has passed).
+    pub ready: u64,
+    /// The earliest `available_at` that has passed: how long the oldest ready one has waited.
+    pub oldest_ready_at: Option<OffsetDateTime>,
+}
+
 /// Options of one submission; set them with the builder methods.
 #[derive(Debug, Clone, Default, PartialEq)]
 #[non_exhaustive]

@@ -223,13 +223,17 @@ fn run_all(
             } else {
                 dsn
             };
-            let mut cmd = Command::new(burndown);
-            cmd.args(["--dsn", &dsn])
-                .args(["--n", &options.n.to_string()])
-                .args(["--concurrency", &options.concurrency.to_string()])
-                .args(["--batch", &options.batch.to_string()])
-                .args(["--prefetch", &options.prefetch.to_string()])
-                .args(["--submit-batch", &submit_batch.to_string()]);
+            let drain = |submit_batch: usize| {
+                let mut cmd = Command::new(burndown);
+                cmd.args(["--dsn", &dsn])
+                    .args(["--n", &options.n.to_string()])
+                    .args(["--concurrency", &options.concurrency.to_string()])
+                    .args(["--batch", &options.batch.to_string()])
+                    .args(["--prefetch", &options.prefetch.to_string()])
+                    .args(["--submit-batch", &submit_batch.to_string()]);
+                cmd
+            };
+            let mut cmd = drain(submit_batch);
             if rate > 0 {
                 cmd.args(["--rate", &rate.to_string()])
                     .args(["--seconds", &options.steady_seconds.to_string()]);
@@ -247,13 +251,8 @@ fn run_all(
             // The metrics' cost: the PostgreSQL burn-down again, right after, with the exporter
             // and a scrape every second (issue: at most 5 % slower).
             if label == "postgres" && (submit_batch, rate, history) == (0, 0, 0) {
-                let mut cmd = Command::new(burndown);
-                cmd.args(["--dsn", &dsn])
-                    .args(["--n", &options.n.to_string()])
-                    .args(["--concurrency", &options.concurrency.to_string()])
-                    .args(["--batch", &options.batch.to_string()])
-                    .args(["--prefetch", &options.prefetch.to_string()])
-                    .args(["--submit-batch", "0", "--metrics", "on"]);
+                let mut cmd = drain(0);
+                cmd.args(["--metrics", "on"]);
                 let mut line = json_line(cmd, "onestep on postgres with metrics")?;
                 if let Value::Object(map) = &mut line {
                     map.insert("system".into(), "onestep (Rust), metrics on".into());

@@ -349,6 +349,24 @@ fn execution_id(raw: &str) -> Option<Uuid> {
     Uuid::parse_str(raw).ok()
 }
 
+/// The execution `raw` names in the dashboard's namespace, or the page to answer instead: 404
+/// for a malformed id or one not there, the store's error otherwise.
+async fn find<B: ExecutionInspector + Clone + 'static>(
+    ui: &Ui<B>,
+    headers: &HeaderMap,
+    raw: &str,
+) -> Result<Execution, Response> {
+    let not_found = |why: &str| error(ui, headers, StatusCode::NOT_FOUND, why);
+    let Some(id) = execution_id(raw) else {
+        return Err(not_found("execution ids are UUIDs; this is not one"));
+    };
+    match ui.client.get(id).await {
+        Ok(Some(e)) => Ok(e),
+        Ok(None) => Err(not_found("no such execution in this namespace")),
+        Err(err) => Err(store_error(ui, headers, &err)),
+    }
+}
+
 /// `GET {prefix}/executions/{id}`: one execution and its attempts.
 pub(crate) async fn detail<B: ExecutionInspector + Clone + 'static>(
     State(ui): Shared<B>,
@@ -356,26 +374,11 @@ pub(crate) async fn detail<B: ExecutionInspector + Clone + 'static>(
     Path(raw): Path<String>,
 ) -> Response {
     let now = OffsetDateTime::now_utc();
-    let Some(id) = execution_id(&raw) else {
-        return error(
-            &ui,
-            &headers,
-            StatusCode::NOT_FOUND,
-            "execution ids are UUIDs; this is not one",
-        );
+    let execution = match find(&ui, &headers, &raw).await {
+        Ok(e) => e,
+        Err(answer) => return answer,
     };
-    let execution = match ui.client.get(id).await {
-        Ok(Some(e)) => e,
-        Ok(None) => {
-            return error(
-                &ui,
-                &headers,
-                StatusCode::NOT_FOUND,
-                "no such execution in this namespace",
-            );
-        }
-        Err(err) => return store_error(&ui, &headers, &err),
-    };
+    let id = execution.id;
     let (attempts, progress) = match tokio::try_join!(
         ui.backend.attempts_of(&ui.namespace, id),
         ui.client.progress(id)
@@ -571,25 +574,9 @@ pub(crate) async fn resubmit<B: ExecutionInspector + Clone + 'static>(
     if let Err(refused) = action_form(&ui, &headers, body).await {
         return refused;
     }
-    let Some(id) = execution_id(&raw) else {
-        return error(
-            &ui,
-            &headers,
-            StatusCode::NOT_FOUND,
-            "execution ids are UUIDs; this is not one",
-        );
-    };
-    let original: Execution = match ui.client.get(id).await {
-        Ok(Some(e)) => e,
-        Ok(None) => {
-            return error(
-                &ui,
-                &headers,
-                StatusCode::NOT_FOUND,
-                "no such execution in this namespace",
-            );
-        }
-        Err(err) => return store_error(&ui, &headers, &err),
+    let original: Execution = match find(&ui, &headers, &raw).await {
+        Ok(e) => e,
+        Err(answer) => return answer,
     };
     let mut options = SubmitOptions::default();
     options.metadata = original.metadata.clone();

@@ -653,3 +653,53 @@ fn base64_of(text: &str) -> String {
     use base64::Engine as _;
     base64::engine::general_purpose::STANDARD.encode(text)
 }
+
+/// A malformed `--ui-basic-auth` or `--ui-prefix` stops `serve` at once with a message naming
+/// the flag, before it listens.
+#[test]
+fn bad_dashboard_flags_are_refused_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let dsn = format!(
+        "sqlite://{}?mode=rwc",
+        dir.path().join("flags.db").display()
+    );
+    for (flag, value, expected) in [
+        (
+            "--ui-basic-auth",
+            "admin",
+            "--ui-basic-auth must be USER:PASSWORD, both non-empty",
+        ),
+        (
+            "--ui-basic-auth",
+            "admin:",
+            "--ui-basic-auth must be USER:PASSWORD, both non-empty",
+        ),
+        (
+            "--ui-prefix",
+            "ops/",
+            "dashboard prefix must be empty or start with '/'",
+        ),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_onestep"))
+            .args([
+                "serve",
+                "--dsn",
+                &dsn,
+                "--namespace",
+                "dash",
+                "--listen",
+                "127.0.0.1:0",
+            ])
+            .args(["--auto-create", "--ui", flag, value])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{flag} {value}: {stderr}");
+        assert!(stderr.contains(expected), "{flag} {value}: {stderr}");
+        assert!(
+            out.stdout.is_empty(),
+            "nothing served: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+    }
+}

@@ -1,9 +1,10 @@
 //! One call of a Python handler: the request, the context requests it makes while it runs
-//! (`ctx.emit`, `ctx.state`), its cancellation and its result.
+//! (`ctx.emit`, `ctx.state`), the progress it reports, its cancellation and its result.
 
 use std::sync::Arc;
 
 use onestep_core::execution::codec::{decode_value, encode_value};
+use onestep_core::execution::source::MAX_PROGRESS_BYTES;
 use onestep_core::{FailureInfo, Sink, TaskContext, TaskError, TaskEvent};
 use serde_json::{Map, Value, json};
 
@@ -145,6 +146,9 @@ fn context_fields(ctx: &TaskContext, reference: &str, exposed: &Exposed) -> Valu
         "meta": ctx.meta(),
         "attempts": ctx.attempts(),
         "handler_ref": reference,
+        // Present only for a tracked execution: ctx.report_progress checks the size against it
+        // and does nothing without it, as TaskContext::report_progress does.
+        "progress_limit": ctx.execution().map(|_| MAX_PROGRESS_BYTES),
     })
 }
 
@@ -222,6 +226,17 @@ async fn exchange(
                 guard.done = true;
                 process.close_route(id);
                 return outcome(ctx.map(TaskContext::task_name), reference, tagged, msg);
+            }
+            Some("progress") => {
+                if let Some(ctx) = ctx
+                    && let Err(err) = ctx.report_progress(msg["value"].clone())
+                {
+                    tracing::warn!(
+                        task = ctx.task_name(),
+                        handler = reference,
+                        "python handler's progress was not kept: {err}"
+                    );
+                }
             }
             Some("request") => {
                 let reply = match ctx {

@@ -19,7 +19,9 @@ Host -> Rust: {"op": "ready"}, {"op": "loaded", "id", "errors"}, {"op": "result"
 {"op": "log", "level", "logger", "message", "exc_info"?}: every logging record, which the Rust
 runtime logs with its own subscriber (text or the reference's JSON lines);
 {"op": "control", "what": "request_shutdown"}: app.request_shutdown(); {"op": "metric", "task",
-"name", "kind", "labels", "value"}: a ctx.metrics update (a counter's increment, a gauge's value).
+"name", "kind", "labels", "value"}: a ctx.metrics update (a counter's increment, a gauge's value);
+{"op": "progress", "id", "value"}: ctx.report_progress(value) of a tracked execution's call (only
+sent when the call's ctx carries "progress_limit", the most bytes the value may take as JSON).
 
 Run as `python host.py --check REF...` it imports each ref and prints one JSON report instead.
 """
@@ -349,6 +351,7 @@ class TaskContext:
         self.logger = logging.getLogger("onestep.%s.%s" % (info["app"], info["task"]))
         self.state = ScopedState(call, [])
         self._metrics = metrics
+        self._progress_limit = info.get("progress_limit")
         self.cancelled = call.cancelled
         self._current = Envelope(call.payload, info["meta"], info["attempts"])
 
@@ -368,6 +371,26 @@ class TaskContext:
         name = sink if sink is None or isinstance(sink, str) else getattr(sink, "name", None)
         await self._call.request("emit", sink=name, body=plain_json(body, "emitted body"),
                                  meta=plain_json(dict(meta or {}), "emitted meta"))
+
+    def report_progress(self, value):
+        """Reports how far the tracked execution got, as any JSON value ({"done": 40, "total": 100}).
+
+        Returns at once; the runtime writes the latest value at most once a second and the last one
+        before the attempt completes. Does nothing for other deliveries. Raises TypeError when the
+        value is not JSON and ValueError when it is too large or holds the NUL character."""
+        limit = self._progress_limit
+        if limit is None:
+            return
+        try:
+            text = json.dumps(value, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
+        except (TypeError, ValueError) as exc:
+            raise TypeError("progress is not JSON serializable: %s" % (exc,)) from None
+        size = len(text.encode("utf-8"))
+        if size > limit:
+            raise ValueError("progress must be at most %d bytes as JSON, got %d" % (limit, size))
+        if "\\u0000" in text:
+            raise ValueError("progress must not contain the NUL character (\\u0000)")
+        self._call.host.send({"op": "progress", "id": self._call.id, "value": value})
 
     async def update_current_row(self, values):
         raise RuntimeError("update_current_row() is only supported for deliveries that can mutate their current row")

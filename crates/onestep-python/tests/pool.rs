@@ -1,6 +1,6 @@
 //! Python handlers on the Rust runtime, against the real interpreter (`python`/`python3` on
 //! PATH or `ONESTEP_PYTHON`): the tagged codec both ways, sync and async functions, params,
-//! `ctx.state`, `ctx.emit`, failures, a crashed process, the task's timeout, import errors.
+//! `ctx.state`, `ctx.emit`, `ctx.report_progress`, failures, a crashed process, the task's timeout, import errors.
 #![allow(clippy::unwrap_used)]
 
 use std::path::PathBuf;
@@ -8,7 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use onestep_core::execution::{
-    ExecutionClient, ExecutionSourceOptions, ExecutionStatus, MemoryExecutionBackend, SubmitOptions,
+    ExecutionBackend, ExecutionClient, ExecutionSourceOptions, ExecutionStatus,
+    MemoryExecutionBackend, SubmitOptions,
 };
 use onestep_core::{InMemoryStateStore, MaxAttempts, MemoryQueue, OneStepApp, Source, Task};
 use onestep_python::{PythonConfig, PythonPool, RefCheck};
@@ -394,5 +395,81 @@ async fn python_hooks_predicates_and_transforms_run_in_the_delivery() {
     assert_eq!(
         state.load("pyapp:t:before").await.unwrap(),
         Some(json!({"n": 5}))
+    );
+}
+
+/// `ctx.report_progress` of a sync and an async function reaches the store (SQLite, whose
+/// tables keep progress); values the runtime would refuse are refused in Python, with the
+/// field-qualified message, and keep nothing.
+#[tokio::test]
+async fn python_progress_reaches_the_store_and_bad_values_are_refused_in_python() {
+    let dir = tempfile::tempdir().unwrap();
+    let dsn = format!("sqlite://{}/progress.db?mode=rwc", dir.path().display());
+    let backend = onestep_sql::sqlite::SqliteExecutionBackend::new(
+        &dsn,
+        onestep_sql::BackendOptions::default(),
+    )
+    .unwrap();
+    let client = ExecutionClient::new(backend, "py").unwrap();
+    let sync = client
+        .submit("sync", &json!({"total": 3}), SubmitOptions::default())
+        .await
+        .unwrap();
+    let not_sync = client
+        .submit("async", &json!({"total": 5}), SubmitOptions::default())
+        .await
+        .unwrap();
+    let pool = Arc::new(PythonPool::new(config()));
+    let mut app = OneStepApp::builder("pyapp").resource(pool.clone());
+    for (task, reference) in [
+        ("sync", "handlers:report_progress"),
+        ("async", "handlers:report_progress_async"),
+    ] {
+        let handler = pool.handler(reference, json!({}));
+        let mut options = ExecutionSourceOptions::new("py", task);
+        options.poll_interval = Duration::from_millis(20);
+        app = app.task(
+            Task::new(task)
+                .source(client.source(options).unwrap())
+                .handler(move |ctx, input: Value| handler(ctx, input)),
+        );
+    }
+    let app = app.build().unwrap();
+    let handle = app.handle();
+    let worker = tokio::spawn(async move { app.serve().await });
+    let done = client.wait(sync.id, Duration::from_secs(30)).await.unwrap();
+    let async_done = client
+        .wait(not_sync.id, Duration::from_secs(30))
+        .await
+        .unwrap();
+    handle.request_shutdown();
+    worker.await.unwrap().unwrap();
+
+    assert_eq!(done.status, ExecutionStatus::Succeeded, "{done:?}");
+    let refused = done.result.unwrap();
+    assert!(
+        refused["not_json"]
+            .as_str()
+            .unwrap()
+            .starts_with("TypeError: progress is not JSON serializable"),
+        "{refused}"
+    );
+    assert_eq!(
+        refused["nul"],
+        "ValueError: progress must not contain the NUL character (\\u0000)"
+    );
+    assert_eq!(
+        refused["too_large"],
+        "ValueError: progress must be at most 65536 bytes as JSON, got 70002"
+    );
+    assert_eq!(
+        client.backend().progress("py", sync.id).await.unwrap(),
+        Some(json!({"done": 3, "total": 3, "stage": "écrit"})),
+        "the last report is written before the completion"
+    );
+    assert_eq!(async_done.status, ExecutionStatus::Succeeded);
+    assert_eq!(
+        client.backend().progress("py", not_sync.id).await.unwrap(),
+        Some(json!({"done": 5, "async": true}))
     );
 }

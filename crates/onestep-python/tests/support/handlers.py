@@ -86,3 +86,21 @@ def describe_event(event):
 
 def describe_app(app):
     return "%s in %s" % (app.name, app.config["region"])
+
+
+def report_progress(ctx, payload):
+    """Reports progress twice (the last one is kept) and tells which bad values were refused."""
+    refused = {}
+    for name, value in (("not_json", {1, 2}), ("nul", "a\x00b"), ("too_large", "x" * 70000)):
+        try:
+            ctx.report_progress(value)
+        except (TypeError, ValueError) as exc:
+            refused[name] = "%s: %s" % (type(exc).__name__, exc)
+    ctx.report_progress({"done": 1, "total": payload["total"]})
+    ctx.report_progress({"done": payload["total"], "total": payload["total"], "stage": "écrit"})
+    return refused
+
+
+async def report_progress_async(ctx, payload):
+    ctx.report_progress({"done": payload["total"], "async": True})
+    return "ok"

@@ -261,6 +261,10 @@ async fn the_dashboard_works_in_a_real_browser() {
         .await;
     }
     let failed = submit(&addr, "broken", json!({"message": "disk full"}), json!({})).await;
+    // A task no worker runs: its executions wait, and the overview's backlog shows them.
+    for _ in 0..2 {
+        submit(&addr, "nightly", json!({}), json!({})).await;
+    }
     let long = submit(
         &addr,
         "work",
@@ -390,6 +394,13 @@ async fn the_dashboard_works_in_a_real_browser() {
     );
     assert!(text(&c, "#failure-rate").await.contains('%'));
     c.find(Locator::Id("throughput-chart")).await.unwrap();
+    let backlog = text(&c, "#backlog tbody").await;
+    let cells: Vec<&str> = backlog.split_whitespace().collect();
+    assert_eq!(
+        &cells[..3],
+        ["nightly", "2", "2"],
+        "the waiting task, its depth and ready count: {backlog}"
+    );
     shot(&c, "overview", dir.path()).await;
 
     // Executions: filter by status with the form, by metadata, and page with the cursor.

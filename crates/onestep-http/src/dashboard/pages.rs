@@ -36,7 +36,7 @@ fn store_error<B>(ui: &Ui<B>, headers: &HeaderMap, err: &ExecutionError) -> Resp
     error(ui, headers, code, &err.to_string())
 }
 
-/// `GET {prefix}/`: counts, the last hour, the backlog.
+/// `GET {prefix}/`: counts, the oldest waiting execution, the backlog per task, the last hour.
 pub(crate) async fn overview<B: ExecutionInspector + Clone + 'static>(
     State(ui): Shared<B>,
     headers: HeaderMap,
@@ -84,6 +84,31 @@ pub(crate) async fn overview<B: ExecutionInspector + Clone + 'static>(
         }
         None => None,
     };
+    // The waiting executions per task, from the claim index (cheap on a long history); a
+    // backend that cannot tell cheaply shows no table, and a failed read shows the rest.
+    let mut waiting_tasks: Vec<String> = counts
+        .iter()
+        .filter(|c| {
+            matches!(
+                c.status,
+                ExecutionStatus::Queued | ExecutionStatus::Retrying
+            )
+        })
+        .map(|c| c.task_name.clone())
+        .collect();
+    waiting_tasks.sort();
+    waiting_tasks.dedup();
+    let backlog = match ui.backend.backlog(&ui.namespace, &waiting_tasks).await {
+        Ok(Some(mut rows)) => {
+            rows.sort_by(|a, b| a.task_name.cmp(&b.task_name));
+            Some(rows)
+        }
+        Ok(None) => None,
+        Err(err) => {
+            tracing::warn!(error = %err, "the dashboard could not read the backlog");
+            None
+        }
+    };
     let finished: u64 = buckets
         .iter()
         .map(|b| b.succeeded + b.failed + b.cancelled + b.expired)
@@ -103,6 +128,27 @@ pub(crate) async fn overview<B: ExecutionInspector + Clone + 'static>(
                     None => "—",
                 }
             } div.label { "oldest waiting execution" } }
+        }
+        @if let Some(backlog) = backlog.as_ref().filter(|rows| !rows.is_empty()) {
+            h2 { "Backlog" }
+            table #backlog {
+                thead { tr { th { "task" } th { "waiting" } th { "ready now" } th { "oldest ready has waited" } } }
+                tbody {
+                    @for row in backlog {
+                        tr {
+                            td { a href={ (p) "/executions?task=" (urlencode(&row.task_name)) } { (row.task_name) } }
+                            td.num { (row.depth) }
+                            td.num { (row.ready) }
+                            td.num {
+                                @match row.oldest_ready_at {
+                                    Some(at) => (relative(at, now).replace(" ago", "")),
+                                    None => span.muted { "—" },
+                                }
+                            }
+                        }
+                    }
+                }
+            }
         }
         h2 { "Last hour" }
         p.muted { "Per minute: succeeded and cancelled above the line, failed and expired below." }

@@ -115,6 +115,7 @@ pub fn install(
     });
     let (on_start, on_stop) = (probe.clone(), probe.stop.clone());
     builder
+        .metrics(exporter.clone())
         .on_event(move |event| exporter.record(event))
         .on_startup(move |handle| {
             let probe = on_start.clone();

@@ -34,6 +34,7 @@ pub struct AppBuilder {
     events: Vec<EventHandler>,
     log_task_events: bool,
     capture: Option<Arc<crate::capture::FailureCaptureConfig>>,
+    metrics: Option<Arc<crate::metrics::PrometheusExporter>>,
 }
 
 impl AppBuilder {
@@ -120,6 +121,15 @@ impl AppBuilder {
         self
     }
 
+    /// Where handlers' own series go ([`TaskContext::metrics`](crate::TaskContext::metrics)):
+    /// rendered by `exporter` after its families. Without one, handlers' updates are checked
+    /// and dropped. (Recording the runtime's families is [`on_event`](Self::on_event)'s job:
+    /// `on_event(move |e| exporter.record(e))`.)
+    pub fn metrics(mut self, exporter: Arc<crate::metrics::PrometheusExporter>) -> Self {
+        self.metrics = Some(exporter);
+        self
+    }
+
     /// Checks every option and builds the app.
     ///
     /// Fails with a field-qualified message on an empty app name, a zero shutdown timeout, a
@@ -166,6 +176,7 @@ impl AppBuilder {
                     state.clone(),
                     events.clone(),
                     self.capture.clone(),
+                    self.metrics.clone(),
                 ))
             })
             .collect();
@@ -240,6 +251,7 @@ impl OneStepApp {
             events: Vec::new(),
             log_task_events: true,
             capture: None,
+            metrics: None,
         }
     }
 

@@ -50,6 +50,7 @@ pub struct TaskContext {
     pub(crate) state: ScopedState,
     pub(crate) sinks: Arc<[Arc<dyn Sink>]>,
     pub(crate) execution: Option<ExecutionInfo>,
+    pub(crate) metrics: Option<Arc<crate::metrics::PrometheusExporter>>,
 }
 
 impl TaskContext {
@@ -110,6 +111,15 @@ impl TaskContext {
         match &self.execution {
             Some(execution) => execution.report_progress(progress),
             None => Ok(()),
+        }
+    }
+
+    /// This task's own counters and gauges (the reference's `ctx.metrics`), rendered by the
+    /// app's exporter ([`AppBuilder::metrics`](crate::AppBuilder::metrics)) with a `task` label.
+    pub fn metrics(&self) -> crate::metrics::handler::TaskMetrics {
+        crate::metrics::handler::TaskMetrics {
+            exporter: self.metrics.clone(),
+            task: self.task_name.clone(),
         }
     }
 

@@ -823,3 +823,43 @@ async fn a_single_free_slot_is_filled_while_long_tasks_run() {
     handle.request_shutdown();
     serve.abort();
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_handlers_own_series_reach_the_apps_exporter() {
+    let exporter = Arc::new(onestep_core::metrics::PrometheusExporter::new("test"));
+    let queue = Arc::new(MemoryQueue::new("q", 10).unwrap());
+    for rows in [3, 4] {
+        queue
+            .publish(json!(rows), Default::default())
+            .await
+            .unwrap();
+    }
+    let app = OneStepApp::builder("app")
+        .metrics(exporter.clone())
+        .task(Task::new("import").source(queue.clone()).handler(
+            |ctx: TaskContext, rows: u32| async move {
+                let metrics = ctx.metrics();
+                let bad = metrics.counter("rows imported", &[]).unwrap_err();
+                metrics
+                    .counter("rows_imported", &[("table", "orders")])
+                    .and_then(|c| c.inc(f64::from(rows)))
+                    .map_err(|e| TaskError::new("MetricError", e.to_string()))?;
+                metrics
+                    .gauge("last_batch", &[])
+                    .and_then(|g| g.set(f64::from(rows)))
+                    .map_err(|e| TaskError::new("MetricError", e.to_string()))?;
+                Ok::<_, TaskError>(bad.to_string())
+            },
+        ))
+        .build()
+        .unwrap();
+    shutdown_after(&app, Duration::from_millis(500));
+    app.serve().await.unwrap();
+    let text = exporter.render();
+    assert!(
+        text.contains("rows_imported{task=\"import\",table=\"orders\"} 7"),
+        "{text}"
+    );
+    assert!(text.contains("# TYPE last_batch gauge"), "{text}");
+    assert!(queue.is_empty());
+}

@@ -18,6 +18,7 @@
 //! and serve [`PrometheusExporter::render`].
 
 pub mod execution;
+pub mod handler;
 
 use std::collections::BTreeMap;
 use std::fmt::Write;

@@ -30,6 +30,7 @@ pub(crate) struct TaskRuntime {
     pub(crate) sinks: Arc<[Arc<dyn Sink>]>,
     pub(crate) events: Arc<[EventHandler]>,
     pub(crate) capture: Option<Arc<crate::capture::FailureCaptureConfig>>,
+    pub(crate) metrics: Option<Arc<crate::metrics::PrometheusExporter>>,
 }
 
 impl TaskRuntime {
@@ -40,6 +41,7 @@ impl TaskRuntime {
         state: Arc<dyn StateStore>,
         events: Arc<[EventHandler]>,
         capture: Option<Arc<crate::capture::FailureCaptureConfig>>,
+        metrics: Option<Arc<crate::metrics::PrometheusExporter>>,
     ) -> Self {
         let handler = task.handler.clone().unwrap_or_else(Task::passthrough);
         let sinks: Vec<Arc<dyn Sink>> = task.emit.iter().flat_map(|e| e.sinks()).collect();
@@ -53,6 +55,7 @@ impl TaskRuntime {
             sinks: sinks.into(),
             events,
             capture,
+            metrics,
             task,
         }
     }
@@ -80,6 +83,7 @@ impl TaskRuntime {
             ),
             sinks: self.sinks.clone(),
             execution,
+            metrics: self.metrics.clone(),
         }
     }
 

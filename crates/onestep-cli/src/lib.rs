@@ -27,6 +27,8 @@ pub mod config;
 pub mod logging;
 pub mod probes;
 pub mod registry;
+#[cfg(feature = "otel")]
+pub mod telemetry;
 
 use std::future::Future;
 use std::process::ExitCode;

@@ -22,6 +22,7 @@ use tracing::{Event, Level, Subscriber};
 use tracing_subscriber::fmt::format::Writer;
 use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
 use tracing_subscriber::registry::LookupSpan;
+use tracing_subscriber::{Layer, Registry, layer::SubscriberExt, util::SubscriberInitExt};
 
 /// The fields the reference's `StructuredEventLogger` attaches and its formatter promotes.
 const TASK_EVENT_FIELDS: [&str; 11] = [
@@ -41,6 +42,36 @@ const TASK_EVENT_FIELDS: [&str; 11] = [
 /// Installs the subscriber on stdout: `format` is `text` or `json`; `level` a reference level
 /// name (`warning` and `critical` included). `RUST_LOG` wins when set.
 pub fn init(level: &str, format: &str) {
+    let _ = install(level, format, None);
+}
+
+/// [`init`], plus the OpenTelemetry trace export when the environment asks for one (feature
+/// `otel`; see the `telemetry` module), with `service` as the default `service.name`. `Err`
+/// says which variable is wrong; nothing is installed then.
+pub fn init_with_telemetry(level: &str, format: &str, service: &str) -> Result<Telemetry, String> {
+    install(level, format, Some(service))
+}
+
+/// What [`init_with_telemetry`] started; [`shutdown`](Self::shutdown) flushes it.
+#[cfg(feature = "otel")]
+pub use crate::telemetry::Telemetry;
+
+/// Without the `otel` feature nothing is exported, and there is nothing to flush.
+#[cfg(not(feature = "otel"))]
+#[derive(Debug, Default)]
+pub struct Telemetry {
+    _nothing: (),
+}
+
+#[cfg(not(feature = "otel"))]
+impl Telemetry {
+    /// Nothing to flush.
+    pub async fn shutdown(self) {}
+}
+
+type Layers = Vec<Box<dyn Layer<Registry> + Send + Sync>>;
+
+fn install(level: &str, format: &str, service: Option<&str>) -> Result<Telemetry, String> {
     let level = match level {
         "warning" => "warn",
         "critical" => "error",
@@ -50,18 +81,32 @@ pub fn init(level: &str, format: &str) {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("{level},sqlx=warn")));
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stdout())
         && std::env::var_os("NO_COLOR").is_none();
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let fmt = tracing_subscriber::fmt::layer()
         .with_target(false)
         .with_ansi(ansi);
-    let _ = if format == "json" {
-        builder
-            .with_ansi(false)
+    let fmt = if format == "json" {
+        fmt.with_ansi(false)
             .event_format(ReferenceJson)
-            .try_init()
+            .with_filter(filter)
+            .boxed()
     } else {
-        builder.try_init()
+        fmt.with_filter(filter).boxed()
     };
+    let mut layers: Layers = vec![fmt];
+    let telemetry = match service {
+        Some(service) => telemetry(&mut layers, service)?,
+        None => Telemetry::default(),
+    };
+    let _ = tracing_subscriber::registry().with(layers).try_init();
+    Ok(telemetry)
+}
+
+#[cfg(feature = "otel")]
+use crate::telemetry::install as telemetry;
+
+#[cfg(not(feature = "otel"))]
+fn telemetry(_layers: &mut Layers, _service: &str) -> Result<Telemetry, String> {
+    Ok(Telemetry::default())
 }
 
 /// Formats an event as the reference's `JsonLogFormatter` formats a log record.

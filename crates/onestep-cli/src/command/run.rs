@@ -49,10 +49,17 @@ pub async fn run(args: RunArgs, registry: &Registry) -> u8 {
         }
         None => spec.log_level.clone(),
     };
-    crate::logging::init(
+    let telemetry = match crate::logging::init_with_telemetry(
         &level,
         args.log_format.as_deref().unwrap_or(&spec.log_format),
-    );
+        &spec.name,
+    ) {
+        Ok(telemetry) => telemetry,
+        Err(e) => {
+            eprintln!("onestep: {e}");
+            return 2;
+        }
+    };
     let app = match config::build::build_app(
         &spec,
         registry,
@@ -69,12 +76,14 @@ pub async fn run(args: RunArgs, registry: &Registry) -> u8 {
             return 2;
         }
     };
-    match app.run().await {
+    let code = match app.run().await {
         Ok(()) => 0,
         Err(e) => {
             tracing::error!(error = %e, "app failed");
             eprintln!("onestep: app {} failed: {e}", spec.name);
             1
         }
-    }
+    };
+    telemetry.shutdown().await;
+    code
 }

@@ -20,6 +20,8 @@ use std::time::{Duration, Instant};
 use futures_util::FutureExt;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
+use tracing::field::Empty;
+use tracing::{Instrument, Span};
 
 use super::TaskRuntime;
 use crate::delivery::Delivery;
@@ -87,10 +89,86 @@ pub(crate) async fn execute(
     cancel: CancellationToken,
     slot: tokio::sync::OwnedSemaphorePermit,
 ) {
+    let execution = delivery.as_managed().map(|m| m.info());
+    let span = delivery_span(&rt, delivery.envelope(), execution.as_ref());
+    execute_in_span(rt, delivery, execution, cancel, slot)
+        .instrument(span)
+        .await;
+}
+
+/// The span one delivery runs in, named `onestep.delivery` (target `onestep::delivery`), with the
+/// ids an operator looks a trace up by. It is a DEBUG span, so it costs nothing unless a
+/// subscriber asks for it (the OpenTelemetry export of the `onestep` binary does, and
+/// `RUST_LOG=debug`). The `otel.*` fields are read by `tracing-opentelemetry`: the span is
+/// exported as a consumer span named `<task> process`, with an error status when the attempt
+/// failed. `onestep.outcome` is `succeeded`, `failed` or `cancelled`.
+fn delivery_span(
+    rt: &TaskRuntime,
+    envelope: &Envelope,
+    execution: Option<&crate::execution::ExecutionInfo>,
+) -> Span {
+    let span = tracing::debug_span!(
+        target: "onestep::delivery",
+        "onestep.delivery",
+        "otel.name" = %format_args!("{} process", rt.task_name),
+        "otel.kind" = "consumer",
+        "otel.status_code" = Empty,
+        "otel.status_description" = Empty,
+        "onestep.app" = %rt.app_name,
+        "onestep.task" = %rt.task_name,
+        "onestep.source" = Empty,
+        "onestep.attempt" = execution.map_or(envelope.attempts + 1, |e| e.attempt()),
+        "onestep.execution.id" = Empty,
+        "onestep.attempt.id" = Empty,
+        "onestep.outcome" = Empty,
+    );
+    if span.is_disabled() {
+        return span;
+    }
+    if let Some(source) = rt.task.source.as_ref() {
+        span.record("onestep.source", source.name());
+    }
+    if let Some(execution) = execution {
+        span.record("onestep.execution.id", execution.id().to_string());
+        span.record("onestep.attempt.id", execution.attempt_id().to_string());
+    }
+    span
+}
+
+/// Records how the attempt ended on the current delivery span.
+fn record_outcome(outcome: &Outcome) {
+    let span = Span::current();
+    if span.is_disabled() {
+        return;
+    }
+    match outcome {
+        Outcome::Ready(_) | Outcome::Succeeded => {
+            span.record("onestep.outcome", "succeeded");
+        }
+        Outcome::Failed(failure) => {
+            span.record("onestep.outcome", "failed");
+            span.record("otel.status_code", "ERROR");
+            span.record(
+                "otel.status_description",
+                format!("{}: {}", failure.exception_type, failure.message),
+            );
+        }
+        Outcome::Cancelled(_) => {
+            span.record("onestep.outcome", "cancelled");
+        }
+    }
+}
+
+async fn execute_in_span(
+    rt: Arc<TaskRuntime>,
+    mut delivery: Box<dyn Delivery>,
+    execution: Option<crate::execution::ExecutionInfo>,
+    cancel: CancellationToken,
+    slot: tokio::sync::OwnedSemaphorePermit,
+) {
     let started = Instant::now();
     let envelope = Arc::new(delivery.envelope().clone());
     let attempt = cancel.child_token();
-    let execution = delivery.as_managed().map(|m| m.info());
     let ctx = rt.context(envelope.clone(), attempt.clone(), execution);
     let stage = StageCell::new();
     let managed_cancel = delivery.as_managed().map(|m| m.cancellation());
@@ -148,6 +226,7 @@ pub(crate) async fn execute(
         }
         _ => None,
     };
+    record_outcome(&outcome);
     match outcome {
         Outcome::Ready(_) | Outcome::Succeeded => rt.emit(
             TaskEventKind::Succeeded,

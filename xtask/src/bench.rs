@@ -5,7 +5,10 @@
 //! `submit_many` in chunks of 1,000) and drains them with one worker process; then offers
 //! `--steady-rate` submits per second for `--steady-seconds` to an idle worker, for pickup latency;
 //! then submits `--n` executions over HTTP to `onestep serve` (PostgreSQL and SQLite) from 32
-//! keep-alive connections (the `http_submit` example of onestep-http). With `--peers` it
+//! keep-alive connections (the `http_submit` example of onestep-http). On PostgreSQL it first
+//! drains `--n` executions as bare SQL with no runtime (the `ceiling` example: per batch of 100,
+//! one claim statement and one completion statement, on two connections), the schema's
+//! two-statement ceiling that our drains are compared with (issue 21). With `--peers` it
 //! runs the peer workloads of `bench/peers/run.sh` in the same session, against the same servers:
 //! the Python reference (`onestep` 1.15.0 + `onestep-sql` 0.7.1) on PostgreSQL and MariaDB, and
 //! graphile-worker on PostgreSQL (default settings and batched settings).
@@ -23,6 +26,7 @@ use serde_json::{Value, json};
 use crate::kind::Kind;
 use crate::servers::{Options, Servers};
 
+mod ceiling;
 mod sources;
 
 /// What `cargo xtask bench` was asked to do.
@@ -120,6 +124,8 @@ pub fn run(server_options: Options, options: &BenchOptions) -> Result<()> {
             "--example",
             "burndown",
             "--example",
+            "ceiling",
+            "--example",
             "http_submit",
             "--example",
             "source_drain",
@@ -201,6 +207,9 @@ fn run_all(
         .with_context(|| format!("could not create {}", sqlite_dir.display()))?;
 
     let mut lines = Vec::new();
+    // The schema's two-statement ceiling on PostgreSQL, in the same session as our drains.
+    let ceiling = crate::target_dir().join("release/examples/ceiling");
+    lines.push(ceiling::run(&ceiling, &postgres, options.n)?);
     // (submit batch, steady rate): two burn-downs, then the steady-state run.
     let mut modes = vec![
         (0usize, 0usize, 0usize),
@@ -452,12 +461,13 @@ fn remove_sqlite(file: &Path) -> Result<()> {
     Ok(())
 }
 
-/// A Markdown table of the runs: who, where, how many, submit/s and drained/s.
+/// A Markdown table of the runs: who, where, how many, submit/s and drained/s, with our drains'
+/// ratios to the peers and to the bare SQL ceiling.
 fn summary(lines: &[Value]) -> String {
     let mut out = String::from(
         "| system | server | submit | n | submitted/s | drained/s | pickup p50 ms | \
-         drained vs reference | drained vs graphile batched |\n\
-         |---|---|---|---:|---:|---:|---:|---:|---:|\n",
+         drained vs reference | drained vs graphile batched | drained vs ceiling |\n\
+         |---|---|---|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     let drained = |line: &Value| line.get("drain_per_s").and_then(Value::as_f64);
     let peer_drain = |system: &str, server: &str| {
@@ -510,7 +520,7 @@ fn summary(lines: &[Value]) -> String {
             _ => "–".to_string(),
         };
         let ours = text("system") == "onestep (Rust)";
-        let (vs_reference, vs_graphile) = if ours && !steady {
+        let (vs_reference, vs_graphile, vs_ceiling) = if ours && !steady {
             (
                 ratio(
                     drained(line),
@@ -520,12 +530,13 @@ fn summary(lines: &[Value]) -> String {
                     drained(line),
                     peer_drain("graphile-worker (batched)", text("server")),
                 ),
+                ceiling::ratio(drained(line), ceiling::drained(lines, text("server"))),
             )
         } else {
-            ("–".to_string(), "–".to_string())
+            ("–".to_string(), "–".to_string(), "–".to_string())
         };
         out.push_str(&format!(
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
             text("system"),
             text("server"),
             submit,
@@ -534,7 +545,8 @@ fn summary(lines: &[Value]) -> String {
             number("drain_per_s"),
             pickup,
             vs_reference,
-            vs_graphile
+            vs_graphile,
+            vs_ceiling
         ));
     }
     out
@@ -582,13 +594,34 @@ mod tests {
             "submit_per_s": 1000.0, "drain_per_s": 990.0,
             "pickup_ms": {"p50": 2.25, "p99": 9.0}});
         let table = summary(&[ours, peer, steady]);
-        assert!(table.contains("| onestep (Rust) | postgres | steady 1000/s | 10000 | 1000 | 990 | 2.2 (p99 9.0) | – | – |"), "{table}");
+        assert!(table.contains("| onestep (Rust) | postgres | steady 1000/s | 10000 | 1000 | 990 | 2.2 (p99 9.0) | – | – | – |"), "{table}");
         assert!(
             table.contains(
-                "| onestep (Rust) | postgres | submit_many(1000) | 20000 | 30000 | 3000 | 12 | – | 0.1× |"
+                "| onestep (Rust) | postgres | submit_many(1000) | 20000 | 30000 | 3000 | 12 | – | 0.1× | – |"
             ),
             "{table}"
         );
-        assert!(table.contains("| graphile-worker (batched) | postgres | utils.addJobs, chunks of 5000 | 20000 | 41030 | 20989 | – | – | – |"), "{table}");
+        assert!(table.contains("| graphile-worker (batched) | postgres | utils.addJobs, chunks of 5000 | 20000 | 41030 | 20989 | – | – | – | – |"), "{table}");
+    }
+
+    #[test]
+    fn summary_lists_the_ceiling_and_our_postgres_drains_against_it() {
+        let ceiling = serde_json::json!({"system": ceiling::SYSTEM, "server": "postgres",
+            "submit_batch": 1000, "n": 20000, "submit_per_s": 20000.0, "drain_per_s": 12000.0});
+        let ours = serde_json::json!({"system": "onestep (Rust)", "server": "postgres",
+            "submit_batch": 0, "n": 20000, "submit_per_s": 700.0, "drain_per_s": 8000.0,
+            "pickup_ms": {"p50": 9000.0}});
+        let mariadb = serde_json::json!({"system": "onestep (Rust)", "server": "mariadb",
+            "submit_batch": 0, "n": 20000, "submit_per_s": 700.0, "drain_per_s": 4000.0,
+            "pickup_ms": {"p50": 9000.0}});
+        let table = summary(&[ceiling, ours, mariadb]);
+        assert!(table.contains("| bare SQL ceiling | postgres | submit_many(1000) | 20000 | 20000 | 12000 | – | – | – | – |"), "{table}");
+        assert!(table.contains("| onestep (Rust) | postgres | one by one | 20000 | 700 | 8000 | 9000 | – | – | 0.67× |"), "{table}");
+        assert!(
+            table.contains(
+                "| onestep (Rust) | mariadb | one by one | 20000 | 700 | 4000 | 9000 | – | – | – |"
+            ),
+            "{table}"
+        );
     }
 }

@@ -1,0 +1,340 @@
+//! The two-statement ceiling (issue 21): the burn-down's drain as bare SQL, with no runtime.
+//!
+//! Creates the reference tables with a random suffix through the crate's own backend (the same
+//! DDL and indexes as the burndown example), puts N ready executions in them with `submit_many`
+//! (not timed), then drains them with `--connections` connections, each a plain loop:
+//!
+//! 1. one transaction with the claim statement our PostgreSQL backend runs
+//!    ([`SqlExecutionBackend::claim_in_one_statement_sql`]: a CTE that locks up to `--batch`
+//!    ready rows with `FOR UPDATE SKIP LOCKED`, starts them with `UPDATE … FROM … RETURNING` and
+//!    inserts their attempts), bound as the backend binds it;
+//! 2. one transaction with one statement, [`COMPLETE`], that marks the claimed executions and
+//!    their attempts `succeeded` (result `{"ok": true}`) from typed arrays with
+//!    `UPDATE … FROM unnest(…)`, each row fenced by its lease token;
+//!
+//! until a claim returns no row. No handler, no channels, no lock-and-read before the writes:
+//! two statements per batch, which bounds what any worker can drain on this schema. At the end
+//! exactly N executions and N attempts must be `succeeded` (else it fails, leaving the tables for
+//! a look), the tables are dropped, and one JSON line like burndown's is printed.
+//!
+//! `cargo run --release -p onestep-sql --example ceiling -- --dsn postgres://… [--n 20000]
+//! [--connections 2] [--batch 100]`
+
+use std::collections::HashMap;
+use std::str::FromStr;
+use std::time::Instant;
+
+use onestep_core::execution::{ExecutionBackend, ExecutionRequest, SubmitOptions};
+use onestep_sql::param::{PLAN_PER_CALL, is_stable};
+use onestep_sql::postgres::{Postgres, PostgresExecutionBackend};
+use onestep_sql::{BackendOptions, Dialect};
+use serde_json::{Value, json};
+use sqlx::postgres::{PgConnectOptions, PgConnection};
+use sqlx::types::Json;
+use sqlx::{Connection, Row};
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+/// The system name in the JSON line (and in `cargo xtask bench`'s table).
+const SYSTEM: &str = "bare SQL ceiling";
+
+/// The namespace and task of the run's executions (burndown's).
+const NAMESPACE: &str = "bench";
+const TASK: &str = "noop";
+
+/// Completes a claimed batch in one statement: the executions and their attempts from typed
+/// arrays (execution ids, lease tokens, attempt ids, results), each row only while its lease
+/// token still holds; returns how many rows of each table changed. Planned per call, as our
+/// batched completion is (`Dialect::COMPLETE_MANY`): a plan kept from the start of the drain,
+/// when the attempts table was empty, would scan it for every batch once it has grown.
+const COMPLETE: &str = "WITH v AS (SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::uuid[], \
+$4::jsonb[]) AS v(id, token, attempt_id, result)), \
+done AS (UPDATE {e} x SET status = 'succeeded', result = v.result, error = NULL, \
+finished_at = CURRENT_TIMESTAMP, updated_at = CURRENT_TIMESTAMP, version = x.version + 1, \
+lease_token = NULL, lease_expires_at = NULL, worker_id = NULL FROM v \
+WHERE x.id = v.id AND x.lease_token = v.token AND x.status = 'running' RETURNING x.id), \
+finished AS (UPDATE {a} y SET status = 'succeeded', error = NULL, finished_at = CURRENT_TIMESTAMP \
+FROM v WHERE y.id = v.attempt_id AND y.lease_token = v.token AND y.status = 'running' \
+RETURNING y.id) \
+SELECT (SELECT count(*) FROM done), (SELECT count(*) FROM finished)";
+
+/// The lease each claim takes, in microseconds (burndown's worker leases for 60 s).
+const LEASE_MICROS: i64 = 60_000_000;
+
+/// An error of this example, with its message.
+type Error = Box<dyn std::error::Error + Send + Sync>;
+
+/// The command line.
+struct Args {
+    dsn: String,
+    n: usize,
+    connections: usize,
+    batch: usize,
+}
+
+fn args() -> Result<Args, String> {
+    let mut a = Args {
+        dsn: String::new(),
+        n: 20_000,
+        connections: 2,
+        batch: 100,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let mut number = |name: &str| -> Result<usize, String> {
+            let value = it.next().ok_or_else(|| format!("{name} needs a value"))?;
+            match value.parse::<usize>() {
+                Ok(n) if n > 0 => Ok(n),
+                _ => Err(format!(
+                    "{name}: expected a positive integer, got {value:?}"
+                )),
+            }
+        };
+        match flag.as_str() {
+            "--dsn" => a.dsn = it.next().ok_or("--dsn needs a value")?,
+            "--n" => a.n = number("--n")?,
+            "--connections" => a.connections = number("--connections")?,
+            "--batch" => a.batch = number("--batch")?,
+            other => {
+                return Err(format!(
+                    "unknown flag {other} (expected --dsn, --n, --connections, --batch)"
+                ));
+            }
+        }
+    }
+    if !(a.dsn.starts_with("postgres://") || a.dsn.starts_with("postgresql://")) {
+        return Err("--dsn must be a postgres:// URL (the ceiling is PostgreSQL's)".into());
+    }
+    Ok(a)
+}
+
+/// What one connection's loop did.
+#[derive(Default)]
+struct Drained {
+    executions: usize,
+    claims: usize,
+}
+
+/// One connection's loop: claim a batch, complete it, until a claim finds nothing.
+async fn drain(
+    mut conn: PgConnection,
+    claim: String,
+    complete: String,
+    batch: usize,
+    worker_id: String,
+) -> Result<Drained, Error> {
+    let mut drained = Drained::default();
+    let limit = i64::try_from(batch)?;
+    let ok = json!({"ok": true});
+    loop {
+        // The caller's lease tokens and attempt ids, paired with the locked rows by position
+        // (as the backend does: `uuid4` tokens, UUIDv7 attempt ids).
+        let fresh: Vec<(Uuid, Uuid)> = (0..batch)
+            .map(|_| (Uuid::new_v4(), Uuid::now_v7()))
+            .collect();
+        let list = |pick: fn(&(Uuid, Uuid)) -> Uuid| {
+            fresh
+                .iter()
+                .map(|f| pick(f).to_string())
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        let none = None::<OffsetDateTime>;
+        let mut tx = conn.begin().await?;
+        // The backend's parameters with no injected clock: the statement reads the
+        // transaction's time wherever a `now` is NULL.
+        let rows = sqlx::query(&claim)
+            .persistent(is_stable(&claim))
+            .bind(NAMESPACE)
+            .bind(TASK)
+            .bind(none)
+            .bind(none)
+            .bind(limit)
+            .bind(list(|f| f.0))
+            .bind(list(|f| f.1))
+            .bind(none)
+            .bind(none)
+            .bind(LEASE_MICROS)
+            .bind(worker_id.as_str())
+            .bind(none)
+            .bind(none)
+            .fetch_all(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        if rows.is_empty() {
+            return Ok(drained);
+        }
+        drained.claims += 1;
+        let attempt_of: HashMap<Uuid, Uuid> = fresh.into_iter().collect();
+        let mut ids = Vec::with_capacity(rows.len());
+        let mut tokens = Vec::with_capacity(rows.len());
+        let mut attempt_ids = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let id: Uuid = row.try_get("id")?;
+            let token: Option<Uuid> = row.try_get("lease_token")?;
+            // The handler's input, decoded as a worker would before running it.
+            let payload: Json<Value> = row.try_get("payload")?;
+            std::hint::black_box(payload);
+            let (token, attempt_id) = token
+                .and_then(|t| attempt_of.get(&t).map(|a| (t, *a)))
+                .ok_or_else(|| format!("claim returned execution {id} without a lease of ours"))?;
+            ids.push(id);
+            tokens.push(token);
+            attempt_ids.push(attempt_id);
+        }
+        let results = vec![Json(&ok); rows.len()];
+        let mut tx = conn.begin().await?;
+        let counts = sqlx::query(&complete)
+            .persistent(is_stable(&complete))
+            .bind(&ids)
+            .bind(&tokens)
+            .bind(&attempt_ids)
+            .bind(&results)
+            .fetch_one(&mut *tx)
+            .await?;
+        let (done, finished): (i64, i64) = (counts.try_get(0)?, counts.try_get(1)?);
+        if usize::try_from(done).ok() != Some(rows.len())
+            || usize::try_from(finished).ok() != Some(rows.len())
+        {
+            return Err(format!(
+                "completion of {} claimed rows changed {done} executions and {finished} attempts",
+                rows.len()
+            )
+            .into());
+        }
+        tx.commit().await?;
+        drained.executions += rows.len();
+    }
+}
+
+/// The number of `succeeded` rows and of all rows in `table`.
+async fn count_succeeded(conn: &mut PgConnection, table: &str) -> Result<(i64, i64), Error> {
+    let sql = format!(
+        "SELECT count(*) FILTER (WHERE status = 'succeeded'), count(*) FROM {}",
+        Postgres::quote(table)
+    );
+    let row = sqlx::query(&sql).fetch_one(&mut *conn).await?;
+    Ok((row.try_get(0)?, row.try_get(1)?))
+}
+
+async fn run(a: Args) -> Result<Value, Error> {
+    let suffix = Uuid::new_v4().simple().to_string()[..8].to_string();
+    let options = BackendOptions::default()
+        .with_table(format!("ceil{suffix}_executions"))
+        .with_attempts_table(format!("ceil{suffix}_attempts"));
+    let backend = PostgresExecutionBackend::new(&a.dsn, options.clone())?;
+    backend.open().await?;
+    let claim = backend
+        .claim_in_one_statement_sql(1)
+        .ok_or("the PostgreSQL backend has no one-statement claim")?;
+    let complete = format!(
+        "{PLAN_PER_CALL}{}",
+        COMPLETE
+            .replace("{e}", &Postgres::quote(&options.table))
+            .replace("{a}", &Postgres::quote(&options.attempts_table))
+    );
+
+    // Not timed: N ready executions, submitted as burndown's `--submit-batch 1000` does.
+    let submit_started = Instant::now();
+    for chunk in (0..a.n).collect::<Vec<_>>().chunks(1000) {
+        let requests = chunk
+            .iter()
+            .map(|i| {
+                ExecutionRequest::new(
+                    NAMESPACE,
+                    TASK,
+                    json!({"i": i}),
+                    SubmitOptions::default().idempotency_key(format!("k{i}")),
+                )
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        for r in backend.submit_many(requests).await? {
+            r?;
+        }
+    }
+    let submit_s = submit_started.elapsed().as_secs_f64();
+    backend.connector().close().await;
+
+    // The connections of the drain, opened before the clock starts (our worker's pool is warm
+    // from the submits too), with JIT off as the backend's sessions have it.
+    let connect = || PgConnectOptions::from_str(&a.dsn).map(|o| o.options([("jit", "off")]));
+    let mut connections = Vec::with_capacity(a.connections);
+    for _ in 0..a.connections {
+        connections.push(PgConnection::connect_with(&connect()?).await?);
+    }
+    let drain_started = Instant::now();
+    let mut loops = tokio::task::JoinSet::new();
+    for (i, conn) in connections.into_iter().enumerate() {
+        loops.spawn(drain(
+            conn,
+            claim.clone(),
+            complete.clone(),
+            a.batch,
+            format!("ceiling-{i}"),
+        ));
+    }
+    let mut total = Drained::default();
+    while let Some(done) = loops.join_next().await {
+        let done = done??;
+        total.executions += done.executions;
+        total.claims += done.claims;
+    }
+    let drain_s = drain_started.elapsed().as_secs_f64();
+
+    let mut conn = PgConnection::connect_with(&connect()?).await?;
+    let n = i64::try_from(a.n)?;
+    let executions = count_succeeded(&mut conn, &options.table).await?;
+    let attempts = count_succeeded(&mut conn, &options.attempts_table).await?;
+    if total.executions != a.n || executions != (n, n) || attempts != (n, n) {
+        return Err(format!(
+            "the drain completed {} of {n}; succeeded/all: executions {}/{}, attempts {}/{} \
+             (tables {} and {} left for a look)",
+            total.executions,
+            executions.0,
+            executions.1,
+            attempts.0,
+            attempts.1,
+            options.table,
+            options.attempts_table
+        )
+        .into());
+    }
+    // Leave nothing behind: attempts first (they reference executions).
+    for table in [&options.attempts_table, &options.table] {
+        sqlx::query(&format!("DROP TABLE {}", Postgres::quote(table)))
+            .execute(&mut conn)
+            .await?;
+    }
+    conn.close().await?;
+    Ok(json!({
+        "system": SYSTEM,
+        "backend": Postgres::NAME,
+        "server": "postgres",
+        "mode": "ceiling",
+        "n": a.n,
+        "connections": a.connections,
+        "batch": a.batch,
+        "claims": total.claims,
+        "submit_batch": 1000,
+        "submit_per_s": (a.n as f64 / submit_s).round(),
+        "drain_per_s": (a.n as f64 / drain_s).round(),
+    }))
+}
+
+#[tokio::main]
+async fn main() {
+    let a = match args() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("ceiling: {e}");
+            std::process::exit(2);
+        }
+    };
+    match run(a).await {
+        Ok(v) => println!("{v}"),
+        Err(e) => {
+            eprintln!("ceiling: {e}");
+            std::process::exit(1);
+        }
+    }
+}

@@ -160,11 +160,10 @@ impl AppBuilder {
         let state = self
             .state
             .unwrap_or_else(|| Arc::new(InMemoryStateStore::default()));
-        let mut events = self.events;
-        if self.log_task_events {
-            events.insert(0, Arc::new(crate::event::log));
-        }
-        let events: Arc<[EventHandler]> = events.into();
+        let events = crate::event::EventRoute {
+            log: self.log_task_events,
+            handlers: self.events.into(),
+        };
         let tasks = self
             .tasks
             .into_iter()

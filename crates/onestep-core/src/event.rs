@@ -80,6 +80,49 @@ pub struct TaskEvent {
 /// A subscriber called synchronously for every event; keep it fast.
 pub type EventHandler = Arc<dyn Fn(&TaskEvent) + Send + Sync>;
 
+/// Where a task's events go: the structured log (when it is on) and the app's subscribers.
+#[derive(Clone)]
+pub(crate) struct EventRoute {
+    /// Whether events are logged ([`log`]) before the subscribers get them.
+    pub(crate) log: bool,
+    /// The app's [`on_event`](crate::AppBuilder::on_event) subscribers.
+    pub(crate) handlers: Arc<[EventHandler]>,
+}
+
+impl EventRoute {
+    /// Whether an event of `kind` reaches anyone: a subscriber, or a log line that the
+    /// subscriber's level lets through. Building an event copies the envelope's metadata and
+    /// logging one formats it, so events nobody takes are not built.
+    pub(crate) fn wants(&self, kind: TaskEventKind) -> bool {
+        !self.handlers.is_empty() || (self.log && log_enabled(kind))
+    }
+
+    /// Logs `event` when logging is on and its level is enabled, then calls the subscribers.
+    pub(crate) fn send(&self, event: &TaskEvent) {
+        if self.log && log_enabled(event.kind) {
+            log(event);
+        }
+        dispatch(&self.handlers, event);
+    }
+}
+
+/// Whether [`log`] would write an event of `kind` (its level is enabled for `onestep.events`).
+fn log_enabled(kind: TaskEventKind) -> bool {
+    use tracing::Level;
+    match kind {
+        TaskEventKind::Fetched | TaskEventKind::Started => {
+            tracing::enabled!(target: "onestep.events", Level::DEBUG)
+        }
+        TaskEventKind::Succeeded => tracing::enabled!(target: "onestep.events", Level::INFO),
+        TaskEventKind::Retried | TaskEventKind::Cancelled => {
+            tracing::enabled!(target: "onestep.events", Level::WARN)
+        }
+        TaskEventKind::Failed | TaskEventKind::DeadLettered => {
+            tracing::enabled!(target: "onestep.events", Level::ERROR)
+        }
+    }
+}
+
 /// Delivers an event to subscribers and the structured log. A panicking subscriber is logged and
 /// does not affect the task.
 pub(crate) fn dispatch(handlers: &[EventHandler], event: &TaskEvent) {
@@ -148,5 +191,35 @@ pub(crate) fn log(event: &TaskEvent) {
         TaskEventKind::Succeeded => emit!(info),
         TaskEventKind::Retried | TaskEventKind::Cancelled => emit!(warn),
         TaskEventKind::Failed | TaskEventKind::DeadLettered => emit!(error),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tracing_subscriber::layer::SubscriberExt;
+
+    fn route(log: bool, handlers: usize) -> EventRoute {
+        let handler: EventHandler = Arc::new(|_: &TaskEvent| {});
+        EventRoute {
+            log,
+            handlers: vec![handler; handlers].into(),
+        }
+    }
+
+    #[test]
+    fn an_event_is_built_only_for_a_subscriber_or_an_enabled_log_level() {
+        let at_info = tracing_subscriber::registry()
+            .with(tracing_subscriber::filter::LevelFilter::INFO)
+            .with(tracing_subscriber::fmt::layer().with_writer(std::io::sink));
+        tracing::subscriber::with_default(at_info, || {
+            let logged = route(true, 0);
+            assert!(!logged.wants(TaskEventKind::Started), "DEBUG is off");
+            assert!(!logged.wants(TaskEventKind::Fetched), "DEBUG is off");
+            assert!(logged.wants(TaskEventKind::Succeeded));
+            assert!(logged.wants(TaskEventKind::Failed));
+            assert!(!route(false, 0).wants(TaskEventKind::Failed), "logging is off");
+            assert!(route(false, 1).wants(TaskEventKind::Started), "a subscriber takes all");
+        });
     }
 }

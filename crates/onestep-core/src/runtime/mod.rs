@@ -12,7 +12,7 @@ use time::OffsetDateTime;
 use tokio_util::sync::CancellationToken;
 
 use crate::envelope::Envelope;
-use crate::event::{EventHandler, TaskEvent, TaskEventKind, dispatch};
+use crate::event::{EventRoute, TaskEvent, TaskEventKind};
 use crate::failure::FailureInfo;
 use crate::source::Sink;
 use crate::state::{ScopedState, StateStore};
@@ -28,7 +28,7 @@ pub(crate) struct TaskRuntime {
     pub(crate) task_config: Arc<Value>,
     pub(crate) state: Arc<dyn StateStore>,
     pub(crate) sinks: Arc<[Arc<dyn Sink>]>,
-    pub(crate) events: Arc<[EventHandler]>,
+    pub(crate) events: EventRoute,
     pub(crate) capture: Option<Arc<crate::capture::FailureCaptureConfig>>,
     pub(crate) metrics: Option<Arc<crate::metrics::PrometheusExporter>>,
 }
@@ -39,7 +39,7 @@ impl TaskRuntime {
         task: Task,
         config: Arc<Value>,
         state: Arc<dyn StateStore>,
-        events: Arc<[EventHandler]>,
+        events: EventRoute,
         capture: Option<Arc<crate::capture::FailureCaptureConfig>>,
         metrics: Option<Arc<crate::metrics::PrometheusExporter>>,
     ) -> Self {
@@ -94,6 +94,9 @@ impl TaskRuntime {
         duration: Option<std::time::Duration>,
         failure: Option<&FailureInfo>,
     ) {
+        if !self.events.wants(kind) {
+            return;
+        }
         let event = TaskEvent {
             kind,
             app: self.app_name.to_string(),
@@ -105,7 +108,7 @@ impl TaskRuntime {
             failure: failure.cloned(),
             meta: envelope.meta.clone(),
         };
-        dispatch(&self.events, &event);
+        self.events.send(&event);
     }
 
     /// The dead-letter envelope for a failed delivery, in the reference's shape.

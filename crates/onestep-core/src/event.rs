@@ -218,8 +218,14 @@ mod tests {
             assert!(!logged.wants(TaskEventKind::Fetched), "DEBUG is off");
             assert!(logged.wants(TaskEventKind::Succeeded));
             assert!(logged.wants(TaskEventKind::Failed));
-            assert!(!route(false, 0).wants(TaskEventKind::Failed), "logging is off");
-            assert!(route(false, 1).wants(TaskEventKind::Started), "a subscriber takes all");
+            assert!(
+                !route(false, 0).wants(TaskEventKind::Failed),
+                "logging is off"
+            );
+            assert!(
+                route(false, 1).wants(TaskEventKind::Started),
+                "a subscriber takes all"
+            );
         });
     }
 }

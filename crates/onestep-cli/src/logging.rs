@@ -52,7 +52,7 @@ pub fn init_with_telemetry(level: &str, format: &str, service: &str) -> Result<T
     install(level, format, Some(service))
 }
 
-/// What [`init_with_telemetry`] started; [`shutdown`](Self::shutdown) flushes it.
+/// What [`init_with_telemetry`] started; [`Telemetry::shutdown`] flushes it.
 #[cfg(feature = "otel")]
 pub use crate::telemetry::Telemetry;
 

@@ -167,6 +167,9 @@ pub fn run(server_options: Options, options: &BenchOptions) -> Result<()> {
 
     let file = crate::write_jsonl("bench", &lines)?;
     println!("\n{}", summary(&lines));
+    if let Some(cost) = ceiling::server_cost(&lines) {
+        println!("\n{cost}");
+    }
     if lines
         .iter()
         .any(|l| l.get("workload").is_some() && l.get("system").is_some())

@@ -11,9 +11,15 @@
 //! executions per second are submitted (in 10 ms ticks) for S seconds; the submit→running
 //! percentiles then measure wake-up latency, not backlog.
 //!
+//! A PostgreSQL burn-down also reports its drain's write transactions and WAL bytes per
+//! execution (`support/pg_counters.rs`): counts that do not move with the machine's load.
+//!
 //! `--history N` first puts N finished executions of the same task (one attempt row each) in the
 //! tables, to see whether the cost grows with history, and lets the server's upkeep catch up
 //! with that fill (see `settle`) before the run starts.
+
+#[path = "support/pg_counters.rs"]
+mod pg_counters;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -336,6 +342,12 @@ async fn run<D: Dialect>(a: Args) -> Result<Value, Box<dyn std::error::Error>> {
     }
     let submit_s = started.elapsed().as_secs_f64();
 
+    // On PostgreSQL, a burn-down also counts what its drain cost the server.
+    let counting = !steady && D::NAME == "postgres";
+    let before = match counting {
+        true => Some(pg_counters::Counters::read(&a.dsn).await?),
+        false => None,
+    };
     let drain_started = Instant::now();
     if let Some(app) = app.take() {
         worker = Some(tokio::spawn(async move { app.serve().await }));
@@ -351,6 +363,13 @@ async fn run<D: Dialect>(a: Args) -> Result<Value, Box<dyn std::error::Error>> {
     handle.request_shutdown();
     worker.await??;
     let drain_s = drain_started.elapsed().as_secs_f64();
+    let counted = match before {
+        Some(before) => {
+            let after = pg_counters::Counters::read(&a.dsn).await?;
+            before.per_execution(&after, a.n, &a.dsn).await?
+        }
+        None => Value::Null,
+    };
 
     // Latencies from the stored timestamps.
     let mut pickup = Vec::with_capacity(a.n);
@@ -402,7 +421,7 @@ async fn run<D: Dialect>(a: Args) -> Result<Value, Box<dyn std::error::Error>> {
         scraper.abort();
     }
     backend.connector().close().await;
-    Ok(json!({
+    let mut line = json!({
         "backend": D::NAME,
         "n": a.n,
         "concurrency": a.concurrency,
@@ -418,7 +437,11 @@ async fn run<D: Dialect>(a: Args) -> Result<Value, Box<dyn std::error::Error>> {
         "drain_per_s": if steady { (a.n as f64 / (submit_s + drain_s)).round() } else { (a.n as f64 / drain_s).round() },
         "pickup_ms": {"p50": percentile(&pickup, 0.5), "p95": percentile(&pickup, 0.95), "p99": percentile(&pickup, 0.99)},
         "succeed_ms": {"p50": percentile(&finish, 0.5), "p95": percentile(&finish, 0.95), "p99": percentile(&finish, 0.99)},
-    }))
+    });
+    if let (Some(line), Some(counted)) = (line.as_object_mut(), counted.as_object()) {
+        line.extend(counted.clone());
+    }
+    Ok(line)
 }
 
 #[tokio::main]

@@ -15,10 +15,14 @@
 //! until a claim returns no row. No handler, no channels, no lock-and-read before the writes:
 //! two statements per batch, which bounds what any worker can drain on this schema. At the end
 //! exactly N executions and N attempts must be `succeeded` (else it fails, leaving the tables for
-//! a look), the tables are dropped, and one JSON line like burndown's is printed.
+//! a look), the tables are dropped, and one JSON line like burndown's is printed, with the
+//! drain's write transactions and WAL bytes per execution (`support/pg_counters.rs`).
 //!
 //! `cargo run --release -p onestep-sql --example ceiling -- --dsn postgres://… [--n 20000]
 //! [--connections 2] [--batch 100]`
+
+#[path = "support/pg_counters.rs"]
+mod pg_counters;
 
 use std::collections::HashMap;
 use std::str::FromStr;
@@ -262,6 +266,7 @@ async fn run(a: Args) -> Result<Value, Error> {
     for _ in 0..a.connections {
         connections.push(PgConnection::connect_with(&connect()?).await?);
     }
+    let before = pg_counters::Counters::read(&a.dsn).await?;
     let drain_started = Instant::now();
     let mut loops = tokio::task::JoinSet::new();
     for (i, conn) in connections.into_iter().enumerate() {
@@ -280,6 +285,8 @@ async fn run(a: Args) -> Result<Value, Error> {
         total.claims += done.claims;
     }
     let drain_s = drain_started.elapsed().as_secs_f64();
+    let after = pg_counters::Counters::read(&a.dsn).await?;
+    let counted = before.per_execution(&after, a.n, &a.dsn).await?;
 
     let mut conn = PgConnection::connect_with(&connect()?).await?;
     let n = i64::try_from(a.n)?;
@@ -306,7 +313,7 @@ async fn run(a: Args) -> Result<Value, Error> {
             .await?;
     }
     conn.close().await?;
-    Ok(json!({
+    let mut line = json!({
         "system": SYSTEM,
         "backend": Postgres::NAME,
         "server": "postgres",
@@ -318,7 +325,11 @@ async fn run(a: Args) -> Result<Value, Error> {
         "submit_batch": 1000,
         "submit_per_s": (a.n as f64 / submit_s).round(),
         "drain_per_s": (a.n as f64 / drain_s).round(),
-    }))
+    });
+    if let (Some(line), Some(counted)) = (line.as_object_mut(), counted.as_object()) {
+        line.extend(counted.clone());
+    }
+    Ok(line)
 }
 
 #[tokio::main]

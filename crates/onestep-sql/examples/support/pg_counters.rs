@@ -30,8 +30,8 @@ impl Counters {
         Ok(Self { next_xid, wal_lsn })
     }
 
-    /// What happened between `self` and `later`, per execution of `n`, as JSON fields
-    /// (`write_transactions_per_execution`, `wal_bytes_per_execution`).
+    /// What happened between `self` and `later` for `n` executions, as JSON fields
+    /// (`write_transactions_per_1000_executions`, `wal_bytes_per_execution`).
     pub async fn per_execution(
         &self,
         later: &Self,
@@ -47,9 +47,9 @@ impl Counters {
                 .await?;
         conn.close().await?;
         let n = n.max(1) as f64;
-        let two_places = |x: f64| (x * 100.0).round() / 100.0;
+        let per_1000 = (later.next_xid - self.next_xid) as f64 * 1000.0 / n;
         Ok(json!({
-            "write_transactions_per_execution": two_places((later.next_xid - self.next_xid) as f64 / n),
+            "write_transactions_per_1000_executions": (per_1000 * 10.0).round() / 10.0,
             "wal_bytes_per_execution": (wal_bytes / n).round(),
         }))
     }

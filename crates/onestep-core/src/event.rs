@@ -90,19 +90,20 @@ pub(crate) struct EventRoute {
 }
 
 impl EventRoute {
-    /// Whether an event of `kind` reaches anyone: a subscriber, or a log line that the
-    /// subscriber's level lets through. Building an event copies the envelope's metadata and
-    /// logging one formats it, so events nobody takes are not built.
-    pub(crate) fn wants(&self, kind: TaskEventKind) -> bool {
-        !self.handlers.is_empty() || (self.log && log_enabled(kind))
-    }
-
-    /// Logs `event` when logging is on and its level is enabled, then calls the subscribers.
-    pub(crate) fn send(&self, event: &TaskEvent) {
-        if self.log && log_enabled(event.kind) {
-            log(event);
+    /// Builds an event of `kind` with `build`, logs it when logging is on and its level is
+    /// enabled, then calls the subscribers. Building an event copies the envelope's metadata
+    /// and logging one formats it, so an event nobody takes (no subscriber, and a log level
+    /// that drops it) is not built at all.
+    pub(crate) fn emit(&self, kind: TaskEventKind, build: impl FnOnce() -> TaskEvent) {
+        let logged = self.log && log_enabled(kind);
+        if !logged && self.handlers.is_empty() {
+            return;
         }
-        dispatch(&self.handlers, event);
+        let event = build();
+        if logged {
+            log(&event);
+        }
+        dispatch(&self.handlers, &event);
     }
 }
 
@@ -207,6 +208,26 @@ mod tests {
         }
     }
 
+    /// Whether `route` builds an event of `kind`.
+    fn builds(route: &EventRoute, kind: TaskEventKind) -> bool {
+        let mut built = false;
+        route.emit(kind, || {
+            built = true;
+            TaskEvent {
+                kind,
+                app: "a".into(),
+                task: "t".into(),
+                source: None,
+                attempt: 1,
+                emitted_at: OffsetDateTime::UNIX_EPOCH,
+                duration: None,
+                failure: None,
+                meta: Map::new(),
+            }
+        });
+        built
+    }
+
     #[test]
     fn an_event_is_built_only_for_a_subscriber_or_an_enabled_log_level() {
         let at_info = tracing_subscriber::registry()
@@ -214,16 +235,16 @@ mod tests {
             .with(tracing_subscriber::fmt::layer().with_writer(std::io::sink));
         tracing::subscriber::with_default(at_info, || {
             let logged = route(true, 0);
-            assert!(!logged.wants(TaskEventKind::Started), "DEBUG is off");
-            assert!(!logged.wants(TaskEventKind::Fetched), "DEBUG is off");
-            assert!(logged.wants(TaskEventKind::Succeeded));
-            assert!(logged.wants(TaskEventKind::Failed));
+            assert!(!builds(&logged, TaskEventKind::Started), "DEBUG is off");
+            assert!(!builds(&logged, TaskEventKind::Fetched), "DEBUG is off");
+            assert!(builds(&logged, TaskEventKind::Succeeded));
+            assert!(builds(&logged, TaskEventKind::Failed));
             assert!(
-                !route(false, 0).wants(TaskEventKind::Failed),
+                !builds(&route(false, 0), TaskEventKind::Failed),
                 "logging is off"
             );
             assert!(
-                route(false, 1).wants(TaskEventKind::Started),
+                builds(&route(false, 1), TaskEventKind::Started),
                 "a subscriber takes all"
             );
         });

@@ -94,10 +94,7 @@ impl TaskRuntime {
         duration: Option<std::time::Duration>,
         failure: Option<&FailureInfo>,
     ) {
-        if !self.events.wants(kind) {
-            return;
-        }
-        let event = TaskEvent {
+        self.events.emit(kind, || TaskEvent {
             kind,
             app: self.app_name.to_string(),
             task: self.task_name.to_string(),
@@ -107,8 +104,7 @@ impl TaskRuntime {
             duration,
             failure: failure.cloned(),
             meta: envelope.meta.clone(),
-        };
-        self.events.send(&event);
+        });
     }
 
     /// The dead-letter envelope for a failed delivery, in the reference's shape.

@@ -57,7 +57,8 @@ pub(crate) async fn overview<B: ExecutionInspector + Clone + 'static>(
             .or_default()
             .insert(c.status.as_str(), c);
     }
-    let waiting = counts
+    // The waiting executions' counts: the oldest of them, and the tasks of the backlog table.
+    let waiting: Vec<&TaskStatusCount> = counts
         .iter()
         .filter(|c| {
             matches!(
@@ -65,9 +66,12 @@ pub(crate) async fn overview<B: ExecutionInspector + Clone + 'static>(
                 ExecutionStatus::Queued | ExecutionStatus::Retrying
             )
         })
-        .filter_map(|c| c.oldest_created_at.map(|at| (at, c)))
+        .collect();
+    let oldest_waiting = waiting
+        .iter()
+        .filter_map(|c| c.oldest_created_at.map(|at| (at, *c)))
         .min_by_key(|(at, _)| *at);
-    let oldest = match waiting {
+    let oldest = match oldest_waiting {
         Some((at, c)) => {
             let mut search = ExecutionSearch::new(ExecutionQuery {
                 task_name: Some(c.task_name.clone()),
@@ -86,16 +90,7 @@ pub(crate) async fn overview<B: ExecutionInspector + Clone + 'static>(
     };
     // The waiting executions per task, from the claim index (cheap on a long history); a
     // backend that cannot tell cheaply shows no table, and a failed read shows the rest.
-    let mut waiting_tasks: Vec<String> = counts
-        .iter()
-        .filter(|c| {
-            matches!(
-                c.status,
-                ExecutionStatus::Queued | ExecutionStatus::Retrying
-            )
-        })
-        .map(|c| c.task_name.clone())
-        .collect();
+    let mut waiting_tasks: Vec<String> = waiting.iter().map(|c| c.task_name.clone()).collect();
     waiting_tasks.sort();
     waiting_tasks.dedup();
     let backlog = match ui.backend.backlog(&ui.namespace, &waiting_tasks).await {

@@ -32,11 +32,6 @@ pub struct Telemetry {
 }
 
 impl Telemetry {
-    /// Whether spans are exported.
-    pub fn exporting(&self) -> bool {
-        self.provider.is_some()
-    }
-
     /// Sends what is buffered and stops the exporter (blocking work, off the async threads).
     pub async fn shutdown(self) {
         if let Some(provider) = self.provider {
@@ -81,7 +76,7 @@ pub fn install(layers: &mut Vec<BoxedLayer>, service: &str) -> Result<Telemetry,
         .build()
         .map_err(|e| format!("the OTLP exporter could not be built: {e}"))?;
     let mut resource = Resource::builder();
-    let named = std::env::var_os("OTEL_SERVICE_NAME").is_some()
+    let named = var("OTEL_SERVICE_NAME").is_some()
         || var("OTEL_RESOURCE_ATTRIBUTES").is_some_and(|a| a.contains("service.name="));
     if !named {
         resource = resource.with_service_name(service.to_owned());

@@ -438,9 +438,7 @@ async fn run<D: Dialect>(a: Args) -> Result<Value, Box<dyn std::error::Error>> {
         "pickup_ms": {"p50": percentile(&pickup, 0.5), "p95": percentile(&pickup, 0.95), "p99": percentile(&pickup, 0.99)},
         "succeed_ms": {"p50": percentile(&finish, 0.5), "p95": percentile(&finish, 0.95), "p99": percentile(&finish, 0.99)},
     });
-    if let (Some(line), Some(counted)) = (line.as_object_mut(), counted.as_object()) {
-        line.extend(counted.clone());
-    }
+    pg_counters::merge(&mut line, &counted);
     Ok(line)
 }
 

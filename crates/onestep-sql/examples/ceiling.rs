@@ -326,9 +326,7 @@ async fn run(a: Args) -> Result<Value, Error> {
         "submit_per_s": (a.n as f64 / submit_s).round(),
         "drain_per_s": (a.n as f64 / drain_s).round(),
     });
-    if let (Some(line), Some(counted)) = (line.as_object_mut(), counted.as_object()) {
-        line.extend(counted.clone());
-    }
+    pg_counters::merge(&mut line, &counted);
     Ok(line)
 }
 

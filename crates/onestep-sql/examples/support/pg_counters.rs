@@ -30,8 +30,9 @@ impl Counters {
         Ok(Self { next_xid, wal_lsn })
     }
 
-    /// What happened between `self` and `later` for `n` executions, as JSON fields
-    /// (`write_transactions_per_1000_executions`, `wal_bytes_per_execution`).
+    /// What happened between `self` and `later` for `n` executions, as JSON fields to
+    /// [`merge`] into a run's line (`write_transactions_per_1000_executions`,
+    /// `wal_bytes_per_execution`).
     pub async fn per_execution(
         &self,
         later: &Self,
@@ -52,5 +53,13 @@ impl Counters {
             "write_transactions_per_1000_executions": (per_1000 * 10.0).round() / 10.0,
             "wal_bytes_per_execution": (wal_bytes / n).round(),
         }))
+    }
+}
+
+/// Adds the `counted` fields (from [`Counters::per_execution`]; nothing when it is not an
+/// object) to the run's JSON `line`.
+pub fn merge(line: &mut Value, counted: &Value) {
+    if let (Some(line), Some(counted)) = (line.as_object_mut(), counted.as_object()) {
+        line.extend(counted.clone());
     }
 }

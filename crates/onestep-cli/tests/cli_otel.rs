@@ -280,3 +280,28 @@ fn a_protocol_this_build_cannot_export_stops_run_with_the_variables_name() {
         "nothing was started: {stderr}"
     );
 }
+
+#[test]
+fn an_exporter_this_build_does_not_have_stops_run_with_the_variables_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let dsn = format!("sqlite://{}?mode=rwc", dir.path().join("otel.db").display());
+    let out = Command::new(env!("CARGO_BIN_EXE_onestep"))
+        .args(["run"])
+        .arg(yaml(dir.path(), &dsn))
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318")
+        .env("OTEL_TRACES_EXPORTER", "zipkin")
+        .env_remove("OTEL_EXPORTER_OTLP_PROTOCOL")
+        .env_remove("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("OTEL_TRACES_EXPORTER must be otlp or none, got \"zipkin\""),
+        "{stderr}"
+    );
+    assert!(
+        !dir.path().join("otel.db").exists(),
+        "nothing was started: {stderr}"
+    );
+}

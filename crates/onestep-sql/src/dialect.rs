@@ -10,7 +10,9 @@ use uuid::Uuid;
 use crate::param::Param;
 use crate::schema::{self, TableNames};
 
-/// Pool sizing and timeouts of a connector.
+/// Pool sizing and timeouts of a connector. A connector starts with its dialect's
+/// [`Dialect::default_pool_settings`]: these defaults, except on SQLite (one connection, see
+/// there).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PoolSettings {
     /// The most connections the pool opens (default 10).
@@ -50,7 +52,7 @@ pub type InsertMany<D> = for<'a> fn(
 /// (their rows locked) at the given time; returns how many executions and attempts changed.
 pub type CompleteMany<D> = for<'a> fn(
     &'a mut sqlx::Transaction<'static, <D as Dialect>::Db>,
-    &'a [String; 2],
+    &'a str,
     OffsetDateTime,
     &'a [CompletionWrite<'a>],
 ) -> BoxFuture<'a, Result<(u64, u64), sqlx::Error>>;
@@ -86,9 +88,16 @@ pub struct BatchPaths<D: Dialect> {
     /// and heartbeats lock their rows with it); PostgreSQL's is
     /// `= ANY(string_to_array(?, ',')::uuid[])`.
     pub id_in_text_list: &'static str,
-    /// Writes a batch of accepted completions, run by `run_complete_many`: the first updates
-    /// the executions, the second finishes their attempts (only those still `running`).
-    pub complete_many: [&'static str; 2],
+    /// Writes a batch of accepted completions in one statement, run by `run_complete_many`:
+    /// updates the executions and finishes their attempts (only those still `running`), and
+    /// returns one row with the two counts.
+    pub complete_many: &'static str,
+    /// Locks the executions of a batch of leases in id order (batched completions and
+    /// heartbeats) and reads what deciding on them needs in the same statement. Parameters: the
+    /// execution ids and the attempt ids, each list one comma-separated text, paired by
+    /// position. Returns, per locked execution, all its columns, then the transaction's time,
+    /// then 1 where the paired attempt is `running` under the execution's lease token, else 0.
+    pub lock_leases: &'static str,
     /// Runs `insert_many`.
     pub run_insert_many: InsertMany<D>,
     /// Runs `complete_many`.
@@ -161,6 +170,12 @@ pub trait Dialect: Send + Sync + Sized + 'static {
 
     /// Adapts `?` placeholders to the dialect.
     fn render(sql: &str) -> String;
+
+    /// The pool settings a connector starts with when none are given: [`PoolSettings::default`],
+    /// unless the dialect knows better.
+    fn default_pool_settings() -> PoolSettings {
+        PoolSettings::default()
+    }
 
     /// Builds a pool without connecting (connections open on first use).
     fn connect_lazy(

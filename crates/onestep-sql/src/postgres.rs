@@ -97,23 +97,35 @@ const INSERT_MANY: &str = "INSERT INTO {e} ({cols}) SELECT * FROM unnest(?::uuid
 /// A batch of ids matched by a statement of fixed shape (see `BatchPaths::id_in_text_list`).
 const ID_IN_TEXT_LIST: &str = "= ANY(string_to_array(?, ',')::uuid[])";
 
-/// A batch of accepted completions in two fixed-shape updates (see `BatchPaths::complete_many`).
-/// The `CASE id WHEN ? THEN ? …` updates they replace had a text per batch size and evaluated
-/// one `WHEN` after another for every row and column. They are planned per call, like the
-/// batch lock (see `SqlExecutionBackend::over_ids`): kept prepared, the attempts update got
-/// a generic plan while the attempts table was still nearly empty at the start of a drain (a
-/// hash join over a scan of the whole table), and kept it as the table grew, at 2.6 ms a batch.
-const COMPLETE_MANY: [&str; 2] = [
-    "/* planned per call */ UPDATE {e} x SET status = v.status, result = v.result, error = v.error, \
-     available_at = v.available_at, finished_at = v.finished_at, updated_at = ?, \
-     version = x.version + 1, lease_token = NULL, lease_expires_at = NULL, worker_id = NULL \
-     FROM unnest(?::uuid[], ?::text[], ?::jsonb[], ?::jsonb[], ?::timestamptz[], \
-     ?::timestamptz[]) AS v(id, status, result, error, available_at, finished_at) \
-     WHERE x.id = v.id",
-    "/* planned per call */ UPDATE {a} x SET status = v.status, error = v.error, finished_at = ? \
-     FROM unnest(?::uuid[], ?::text[], ?::jsonb[]) AS v(id, status, error) \
-     WHERE x.id = v.id AND x.status = 'running'",
-];
+/// A batch of accepted completions in one fixed-shape statement (see
+/// `BatchPaths::complete_many`): one update of the executions and one of their still-running
+/// attempts, as data-modifying CTEs over the same arrays, answering both row counts: one round
+/// trip where two updates took two. The `CASE id WHEN ? THEN ? …` updates these replaced had a
+/// text per batch size and evaluated one `WHEN` after another for every row and column. Planned
+/// per call, like the batch lock (see `SqlExecutionBackend::over_ids`): kept prepared, the
+/// attempts update got a generic plan while the attempts table was still nearly empty at the
+/// start of a drain (a hash join over a scan of the whole table), and kept it as the table grew,
+/// at 2.6 ms a batch.
+const COMPLETE_MANY: &str = "/* planned per call */ WITH v AS (SELECT * FROM unnest(?::uuid[], \
+?::uuid[], ?::text[], ?::text[], ?::jsonb[], ?::jsonb[], ?::timestamptz[], ?::timestamptz[]) \
+AS v(id, attempt_id, status, attempt_status, result, error, available_at, finished_at)), \
+done AS (UPDATE {e} x SET status = v.status, result = v.result, error = v.error, \
+available_at = v.available_at, finished_at = v.finished_at, updated_at = ?, \
+version = x.version + 1, lease_token = NULL, lease_expires_at = NULL, worker_id = NULL \
+FROM v WHERE x.id = v.id RETURNING 1), \
+ended AS (UPDATE {a} x SET status = v.attempt_status, error = v.error, finished_at = ? \
+FROM v WHERE x.id = v.attempt_id AND x.status = 'running' RETURNING 1) \
+SELECT (SELECT count(*) FROM done), (SELECT count(*) FROM ended)";
+
+/// Locks the executions of a batch of leases and reads, in the same round trip, the
+/// transaction's time and whether each lease's attempt still runs (see `BatchPaths::lock_leases`):
+/// one statement where a time read, the lock and the attempts read took three. The pairs come
+/// as two comma-separated texts matched by position; planned per call, like the batch lock.
+const LOCK_LEASES: &str = "/* planned per call */ SELECT {cols}, CURRENT_TIMESTAMP, \
+(EXISTS (SELECT 1 FROM {a} r WHERE r.id = p.attempt_id AND r.execution_id = e.id \
+AND r.lease_token = e.lease_token AND r.status = 'running'))::int4 \
+FROM unnest(string_to_array(?, ',')::uuid[], string_to_array(?, ',')::uuid[]) \
+AS p(execution_id, attempt_id) JOIN {e} e ON e.id = p.execution_id ORDER BY e.id FOR UPDATE OF e";
 
 /// One array parameter of a fixed-shape batch statement: `f` of each item.
 fn column<I: Copy, T>(items: &[I], f: impl Fn(I) -> T) -> Vec<T> {
@@ -148,33 +160,27 @@ fn query(sql: &str, params: Vec<Param>) -> Query<'_, sqlx::Postgres, PgArguments
 /// Runs [`COMPLETE_MANY`]: one array per column.
 async fn complete_many(
     tx: &mut Transaction<'static, sqlx::Postgres>,
-    sql: &[String; 2],
+    sql: &str,
     now: OffsetDateTime,
     writes: &[CompletionWrite<'_>],
 ) -> Result<(u64, u64), sqlx::Error> {
     use sqlx::types::Json;
-    let executions = sqlx::query(&sql[0])
-        .persistent(crate::param::is_stable(&sql[0]))
-        .bind(now)
+    let (executions, attempts): (i64, i64) = sqlx::query_as(sql)
+        .persistent(crate::param::is_stable(sql))
         .bind(column(writes, |w| w.execution_id))
+        .bind(column(writes, |w| w.attempt_id))
         .bind(column(writes, |w| w.status))
+        .bind(column(writes, |w| w.attempt_status))
         .bind(column(writes, |w| w.result.map(Json)))
         .bind(column(writes, |w| w.error.map(Json)))
         .bind(column(writes, |w| w.available_at))
         .bind(column(writes, |w| w.finished_at))
-        .execute(&mut **tx)
-        .await?
-        .rows_affected();
-    let attempts = sqlx::query(&sql[1])
-        .persistent(crate::param::is_stable(&sql[1]))
         .bind(now)
-        .bind(column(writes, |w| w.attempt_id))
-        .bind(column(writes, |w| w.attempt_status))
-        .bind(column(writes, |w| w.error.map(Json)))
-        .execute(&mut **tx)
-        .await?
-        .rows_affected();
-    Ok((executions, attempts))
+        .bind(now)
+        .fetch_one(&mut **tx)
+        .await?;
+    // Counts of at most one batch: never negative.
+    Ok((executions.unsigned_abs(), attempts.unsigned_abs()))
 }
 
 /// Runs [`INSERT_MANY`]: one typed array per column, bound in binary.
@@ -220,6 +226,7 @@ const BATCH_PATHS: BatchPaths<Postgres> = BatchPaths {
     insert_many: INSERT_MANY,
     id_in_text_list: ID_IN_TEXT_LIST,
     complete_many: COMPLETE_MANY,
+    lock_leases: LOCK_LEASES,
     run_insert_many: |tx, sql, rows| Box::pin(insert_many(tx, sql, rows)),
     run_complete_many: |tx, sql, now, writes| Box::pin(complete_many(tx, sql, now, writes)),
 };
@@ -444,10 +451,11 @@ mod tests {
     #[test]
     fn batched_completion_statements_are_planned_per_call() {
         let render = |t: &str| Postgres::render(&crate::sql::render(t, "e", "a", "", ""));
-        for statement in COMPLETE_MANY {
+        for statement in [COMPLETE_MANY, LOCK_LEASES] {
             assert!(!is_stable(&render(statement)), "{statement}");
         }
-        assert_eq!(render(COMPLETE_MANY[0]).matches('$').count(), 7);
-        assert_eq!(render(COMPLETE_MANY[1]).matches('$').count(), 4);
+        // Eight arrays and the time twice; two id lists.
+        assert_eq!(render(COMPLETE_MANY).matches('$').count(), 10);
+        assert_eq!(render(LOCK_LEASES).matches('$').count(), 2);
     }
 }

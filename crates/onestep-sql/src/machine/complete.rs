@@ -1,5 +1,6 @@
 //! Completing an attempt: one completion, or a batch written with one statement per table.
 
+use super::lease::LockedBatch;
 use super::*;
 
 impl<D: Dialect> SqlExecutionBackend<D> {
@@ -126,20 +127,19 @@ impl<D: Dialect> SqlExecutionBackend<D> {
         );
         let mut tx = self.begin(op).await?;
         let out: ExecutionResult<_> = async {
-            let now = self.now(&mut tx, op).await?;
-            let (rows, running) = self.lock_batch(&mut tx, op, completions.iter().map(|c| (c.0, c.1))).await?;
+            let LockedBatch { now, rows } = self.lock_batch(&mut tx, op, completions.iter().map(|c| (c.0, c.1))).await?;
             // Each completion's own answer, or `None` where its write is in `accepted`.
             let mut results: Vec<Option<ExecutionResult<Execution>>> = Vec::with_capacity(completions.len());
             let mut accepted: Vec<(usize, ExecutionRow, RowChange)> = Vec::new();
-            for (index, (execution_id, attempt_id, token, completion)) in completions.iter().enumerate() {
+            for (index, (execution_id, _, token, completion)) in completions.iter().enumerate() {
                 let decided = completion.clone().validate().and_then(|completion| {
-                    let Some(row) = rows.iter().find(|r| r.id == *execution_id) else {
+                    let Some((row, attempt_running)) = rows.get(execution_id) else {
                         return Err(ExecutionError::LeaseLost("execution does not exist".into()));
                     };
+                    // A write needs the row's lease token to be `token`, so the attempt's
+                    // check against the row's token is the check against `token`.
                     let decision = decide_completion(row, *token, &completion, now, &self.inner.options.limits)?;
-                    if matches!(decision, CompletionDecision::Write(_))
-                        && !attempt_runs(&running, *execution_id, *attempt_id, *token)
-                    {
+                    if matches!(decision, CompletionDecision::Write(_)) && !attempt_running {
                         return Err(ExecutionError::LeaseLost("execution attempt is no longer valid".into()));
                     }
                     Ok((row, decision))

@@ -1,6 +1,17 @@
 //! Holding a lease: checking, renewing (one by one or in a batch) and releasing it.
 
+use std::collections::HashMap;
+
 use super::*;
+
+/// The executions of a batch of leases, locked by [`SqlExecutionBackend::lock_batch`].
+pub(super) struct LockedBatch {
+    /// The transaction's time (or the injected clock's).
+    pub(super) now: OffsetDateTime,
+    /// Each locked execution by id, with whether the attempt its caller named is still
+    /// `running` under the execution's lease token.
+    pub(super) rows: HashMap<Uuid, (ExecutionRow, bool)>,
+}
 
 impl<D: Dialect> SqlExecutionBackend<D> {
     /// Whether the running attempt of a lease exists.
@@ -88,22 +99,65 @@ impl<D: Dialect> SqlExecutionBackend<D> {
     }
 
     /// Locks the executions of a batch of (execution, attempt) pairs, in id order, and reads
-    /// those of their attempts still running: what batched heartbeats and completions decide on.
+    /// what batched heartbeats and completions decide on: the transaction's time and, per
+    /// locked execution, whether its paired attempt still runs under the execution's lease
+    /// token. One statement where the dialect has [`BatchPaths::lock_leases`](crate::dialect::BatchPaths::lock_leases), else three.
     pub(super) async fn lock_batch(
         &self,
         tx: &mut Tx<D>,
         op: ConnectorOperation,
         pairs: impl ExactSizeIterator<Item = (Uuid, Uuid)> + Clone,
-    ) -> ExecutionResult<(Vec<ExecutionRow>, Vec<AttemptRow>)> {
+    ) -> ExecutionResult<LockedBatch> {
+        if let Some(template) = &self.inner.statements.lock_leases {
+            let list = |ids: &mut dyn Iterator<Item = Uuid>| {
+                ids.map(|id| id.to_string()).collect::<Vec<_>>().join(",")
+            };
+            let params = vec![
+                Param::Text(list(&mut pairs.clone().map(|p| p.0))),
+                Param::Text(list(&mut pairs.map(|p| p.1))),
+            ];
+            let fetched = D::fetch(tx, template, params).await.map_err(db::<D>(op))?;
+            let mut now = None;
+            let mut rows = HashMap::with_capacity(fetched.len());
+            for row in &fetched {
+                let locked = crate::decode::execution::<D>(row).map_err(db::<D>(op))?;
+                let at = D::time(row, 23)
+                    .and_then(|at| crate::decode::required(at, "CURRENT_TIMESTAMP"));
+                now = Some(at.map_err(db::<D>(op))?);
+                let running = D::int(row, 24).map_err(db::<D>(op))? == Some(1);
+                rows.insert(locked.id, (locked, running));
+            }
+            let now = match (now, &self.inner.options.clock) {
+                (Some(now), None) => {
+                    onestep_core::clock::whole_micros(onestep_core::clock::utc(now))
+                }
+                // An injected clock, or nothing locked (no row to read the time from).
+                _ => self.now(tx, op).await?,
+            };
+            return Ok(LockedBatch { now, rows });
+        }
+        let now = self.now(tx, op).await?;
         let (lock, execution_ids) = self.over_ids(sql::LOCK_MANY, pairs.clone().map(|p| p.0));
-        let (attempts, attempt_ids) = self.over_ids(sql::RUNNING_ATTEMPTS_MANY, pairs.map(|p| p.1));
-        let rows = crate::decode::executions::<D>(tx, &lock, execution_ids)
+        let (attempts, attempt_ids) =
+            self.over_ids(sql::RUNNING_ATTEMPTS_MANY, pairs.clone().map(|p| p.1));
+        let locked = crate::decode::executions::<D>(tx, &lock, execution_ids)
             .await
             .map_err(db::<D>(op))?;
         let running = crate::decode::attempts::<D>(tx, &attempts, attempt_ids)
             .await
             .map_err(db::<D>(op))?;
-        Ok((rows, running))
+        let attempt_of: HashMap<Uuid, Uuid> = pairs.collect();
+        let rows = locked
+            .into_iter()
+            .map(|row| {
+                let runs = match (attempt_of.get(&row.id), row.lease_token) {
+                    (Some(&attempt), Some(token)) => attempt_runs(&running, row.id, attempt, token),
+                    _ => false,
+                };
+                (row.id, (row, runs))
+            })
+            .collect();
+        Ok(LockedBatch { now, rows })
     }
 
     /// Renews distinct leases in one transaction: lock their executions (in id order) and read
@@ -118,18 +172,16 @@ impl<D: Dialect> SqlExecutionBackend<D> {
         let op = ConnectorOperation::Heartbeat;
         let mut tx = self.begin(op).await?;
         let out: ExecutionResult<_> = async {
-            let now = self.now(&mut tx, op).await?;
-            let expires = later(now, lease_duration);
-            let (rows, running) = self
+            let LockedBatch { now, rows } = self
                 .lock_batch(&mut tx, op, leases.iter().map(|l| (l.0, l.1)))
                 .await?;
+            let expires = later(now, lease_duration);
             let mut held = Vec::with_capacity(leases.len());
             let results: Vec<ExecutionResult<HeartbeatResult>> = leases
                 .iter()
                 .map(|&(execution_id, attempt_id, token)| {
-                    let row = rows.iter().find(|r| {
-                        r.id == execution_id
-                            && r.lease_token == Some(token)
+                    let row = rows.get(&execution_id).filter(|(r, _)| {
+                        r.lease_token == Some(token)
                             && matches!(
                                 r.status,
                                 ExecutionStatus::Running | ExecutionStatus::CancelRequested
@@ -137,7 +189,7 @@ impl<D: Dialect> SqlExecutionBackend<D> {
                             && r.lease_expires_at.is_some_and(|e| e > now)
                     });
                     match row {
-                        Some(row) if attempt_runs(&running, execution_id, attempt_id, token) => {
+                        Some((row, true)) => {
                             held.push((execution_id, attempt_id));
                             Ok(HeartbeatResult {
                                 lease_expires_at: expires,

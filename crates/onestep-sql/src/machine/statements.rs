@@ -23,8 +23,10 @@ pub(super) struct Statements {
     pub(super) rows_by_keys: Option<String>,
     /// The dialect's fixed-shape insert of a batch of new executions, if it has one.
     pub(super) insert_many: Option<String>,
-    /// The dialect's fixed-shape writes of a batch of completions, if it has them.
-    pub(super) complete_many: Option<[String; 2]>,
+    /// The dialect's fixed-shape write of a batch of completions, if it has one.
+    pub(super) complete_many: Option<String>,
+    /// The dialect's one-statement lock and read of a batch of leases, if it has one.
+    pub(super) lock_leases: Option<String>,
     pub(super) heartbeat: String,
     pub(super) heartbeat_attempt: String,
     pub(super) get_running_attempt: String,
@@ -57,10 +59,8 @@ impl Statements {
                 .map(|b| r(&one_statement_claim(b.claim, "= ?"))),
             rows_by_keys: D::BATCH_PATHS.map(|b| r(b.rows_by_keys)),
             insert_many: D::BATCH_PATHS.map(|b| r(b.insert_many)),
-            complete_many: D::BATCH_PATHS.map(|b| {
-                let [executions, attempts] = b.complete_many;
-                [r(executions), r(attempts)]
-            }),
+            complete_many: D::BATCH_PATHS.map(|b| r(b.complete_many)),
+            lock_leases: D::BATCH_PATHS.map(|b| r(b.lock_leases)),
             heartbeat: r(sql::HEARTBEAT),
             heartbeat_attempt: r(sql::HEARTBEAT_ATTEMPT),
             get_running_attempt: r(sql::GET_RUNNING_ATTEMPT),

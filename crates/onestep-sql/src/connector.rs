@@ -41,8 +41,9 @@ impl<D: Dialect> std::fmt::Debug for SqlConnector<D> {
 }
 
 impl<D: Dialect> SqlConnector<D> {
-    /// A connector for `dsn` with the default [`PoolSettings`] (10 connections, 5 s acquire
-    /// timeout). The DSN may use the reference's SQLAlchemy spelling (`postgresql+psycopg://…`);
+    /// A connector for `dsn` with the dialect's default [`PoolSettings`]
+    /// ([`Dialect::default_pool_settings`]: 10 connections and a 5 s acquire timeout, on SQLite
+    /// one connection and 10 s). The DSN may use the reference's SQLAlchemy spelling (`postgresql+psycopg://…`);
     /// its scheme must match the dialect.
     pub fn new(dsn: &str) -> ExecutionResult<Self> {
         let dsn = Dsn::parse(dsn).map_err(|m| {
@@ -59,7 +60,7 @@ impl<D: Dialect> SqlConnector<D> {
                 ),
             ));
         }
-        Ok(Self::build(dsn, PoolSettings::default()))
+        Ok(Self::build(dsn, D::default_pool_settings()))
     }
 
     fn build(dsn: Dsn, settings: PoolSettings) -> Self {

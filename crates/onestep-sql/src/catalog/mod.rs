@@ -165,7 +165,7 @@ impl<D: Dialect> ResourceType for ConnectorType<D> {
                     None
                 }
             });
-        let mut settings = PoolSettings::default();
+        let mut settings = D::default_pool_settings();
         if let Some(n) = f.opt_integer("max_connections", 1) {
             settings.max_connections = u32::try_from(n).unwrap_or(u32::MAX);
         }

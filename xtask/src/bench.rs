@@ -27,6 +27,7 @@ use crate::kind::Kind;
 use crate::servers::{Options, Servers};
 
 mod ceiling;
+mod scale;
 mod sources;
 
 /// What `cargo xtask bench` was asked to do.
@@ -51,11 +52,13 @@ pub struct BenchOptions {
     /// When > 0: one more burn-down per backend with this many finished executions of the same
     /// task already in the table (does the cost grow with history?).
     pub history: usize,
+    /// Also drain the PostgreSQL burn-down with 1, 2, 4 and 8 worker apps side by side.
+    pub scale_out: bool,
 }
 
 impl BenchOptions {
     /// Parses `[--n N] [--reference-n N] [--concurrency N] [--batch N] [--prefetch N] [--steady-rate N]
-    /// [--steady-seconds N] [--peers]`.
+    /// [--steady-seconds N] [--history N] [--peers] [--scale-out]`.
     pub fn from_args(args: &[String]) -> Result<Self> {
         let mut options = Self {
             n: 20_000,
@@ -67,6 +70,7 @@ impl BenchOptions {
             steady_rate: 1000,
             steady_seconds: 10,
             history: 0,
+            scale_out: false,
         };
         let mut it = args.iter();
         while let Some(flag) = it.next() {
@@ -89,10 +93,11 @@ impl BenchOptions {
                 "--steady-seconds" => options.steady_seconds = number("--steady-seconds")?,
                 "--history" => options.history = number("--history")?,
                 "--peers" => options.peers = true,
+                "--scale-out" => options.scale_out = true,
                 other => bail!(
                     "`bench`: unknown argument {other:?} (expected --n, --reference-n, \
                      --concurrency, --batch, --prefetch, --steady-rate, --steady-seconds, --history, \
-                     --peers)"
+                     --peers, --scale-out)"
                 ),
             }
         }
@@ -277,6 +282,15 @@ fn run_all(
                 remove_sqlite(&sqlite_file)?;
             }
         }
+    }
+    if options.scale_out {
+        lines.extend(scale::run(
+            burndown,
+            &postgres,
+            options.n,
+            options.concurrency,
+            options.batch,
+        )?);
     }
     // The API path: `onestep serve` taking submits over HTTP from 32 keep-alive connections.
     let http_submit = crate::target_dir().join("release/examples/http_submit");
@@ -522,7 +536,7 @@ fn summary(lines: &[Value]) -> String {
             (Some(p50), _) => format!("{p50:.0}"),
             _ => "–".to_string(),
         };
-        let ours = text("system") == "onestep (Rust)";
+        let ours = text("system").starts_with("onestep (Rust)");
         let (vs_reference, vs_graphile, vs_ceiling) = if ours && !steady {
             (
                 ratio(
@@ -572,6 +586,12 @@ mod tests {
         assert_eq!(o.history, 0);
         let o = BenchOptions::from_args(&args(&["--history", "1000000"])).unwrap();
         assert_eq!(o.history, 1_000_000);
+        assert!(!o.scale_out);
+        assert!(
+            BenchOptions::from_args(&args(&["--scale-out"]))
+                .unwrap()
+                .scale_out
+        );
     }
 
     #[test]
@@ -617,8 +637,12 @@ mod tests {
         let mariadb = serde_json::json!({"system": "onestep (Rust)", "server": "mariadb",
             "submit_batch": 0, "n": 20000, "submit_per_s": 700.0, "drain_per_s": 4000.0,
             "pickup_ms": {"p50": 9000.0}});
-        let table = summary(&[ceiling, ours, mariadb]);
+        let four = serde_json::json!({"system": scale::system(4), "server": "postgres",
+            "submit_batch": 1000, "n": 20000, "submit_per_s": 20000.0, "drain_per_s": 9600.0,
+            "pickup_ms": {"p50": 900.0}});
+        let table = summary(&[ceiling, ours, mariadb, four]);
         assert!(table.contains("| bare SQL ceiling | postgres | submit_many(1000) | 20000 | 20000 | 12000 | – | – | – | – |"), "{table}");
+        assert!(table.contains("| onestep (Rust), 4 workers | postgres | submit_many(1000) | 20000 | 20000 | 9600 | 900 | – | – | 0.80× |"), "{table}");
         assert!(table.contains("| onestep (Rust) | postgres | one by one | 20000 | 700 | 8000 | 9000 | – | – | 0.67× |"), "{table}");
         assert!(
             table.contains(

@@ -4,8 +4,10 @@
 //! the end. `cargo xtask bench` runs it on every backend, beside the peers.
 //!
 //! `cargo run --release -p onestep-sql --example burndown -- --dsn URL [--n 20000]
-//! [--concurrency 64] [--batch 100] [--prefetch 0] [--submit-batch 0] [--metrics off|on]`
-//! (`--submit-batch 0`: one by one; `--metrics on`: the exporter and a scrape every second).
+//! [--concurrency 64] [--batch 100] [--prefetch 0] [--submit-batch 0] [--metrics off|on]
+//! [--workers 1]`
+//! (`--submit-batch 0`: one by one; `--metrics on`: the exporter and a scrape every second;
+//! `--workers K`: K worker apps drain side by side, each with its own pool and `--concurrency`).
 //!
 //! Steady mode (`--rate R [--seconds S]`): the worker starts first and goes idle, then R
 //! executions per second are submitted (in 10 ms ticks) for S seconds; the submit→running
@@ -46,6 +48,8 @@ struct Args {
     seconds: usize,
     /// Finished executions of the same task put in the table before the run (cost vs history).
     history: usize,
+    /// Worker apps draining side by side, each with its own pool (as separate processes would).
+    workers: usize,
     /// `--metrics on`: the Prometheus exporter counts every task event and a scraper renders
     /// `/metrics`' text (backlog sample included) every second, as `onestep run
     /// --metrics-addr` under Prometheus does; `off` (the default): no exporter and the
@@ -64,6 +68,7 @@ fn args() -> Result<Args, String> {
         rate: 0,
         seconds: 10,
         history: 0,
+        workers: 1,
         metrics: false,
     };
     let mut it = std::env::args().skip(1);
@@ -78,6 +83,12 @@ fn args() -> Result<Args, String> {
                     .map_err(|e| format!("--concurrency: {e}"))?
             }
             "--batch" => a.batch = value()?.parse().map_err(|e| format!("--batch: {e}"))?,
+            "--workers" => {
+                a.workers = value()?.parse().map_err(|e| format!("--workers: {e}"))?;
+                if a.workers == 0 {
+                    return Err("--workers must be at least 1".into());
+                }
+            }
             "--prefetch" => {
                 a.prefetch = value()?.parse().map_err(|e| format!("--prefetch: {e}"))?
             }
@@ -255,53 +266,69 @@ async fn run<D: Dialect>(a: Args) -> Result<Value, Box<dyn std::error::Error>> {
         settle(&a.dsn, &options).await?;
     }
 
-    let mut o = ExecutionSourceOptions::new(ns, "noop");
-    o.batch_size = a.batch;
-    o.prefetch = a.prefetch;
-    o.poll_interval = Duration::from_millis(50);
-    o.lease_duration = Duration::from_secs(60);
-    o.heartbeat_interval = Duration::from_secs(20);
-    let source = Arc::new(ExecutionSource::new(backend.clone(), o)?);
     // Progress is counted in the handler, not read from the table: any table-wide status count
     // would also walk the history, and measure that instead of the drain.
     let handled_count = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let handled = handled_count.clone();
     let executions = onestep_core::metrics::execution::execution_metrics();
     executions.set_enabled(a.metrics);
-    let mut builder = OneStepApp::builder("bench");
+    let mut apps = Vec::with_capacity(a.workers);
+    let mut handles = Vec::with_capacity(a.workers);
     let mut scraper = None;
-    if a.metrics {
-        let exporter = Arc::new(onestep_core::metrics::PrometheusExporter::default());
-        let recorder = exporter.clone();
-        builder = builder.on_event(move |event| recorder.record(event));
-        scraper = Some(tokio::spawn(async move {
-            let mut tick = tokio::time::interval(Duration::from_secs(1));
-            loop {
-                tick.tick().await;
-                executions.sample_backlog().await;
-                let text = exporter.render() + &executions.render();
-                std::hint::black_box(text.len());
+    for w in 0..a.workers {
+        // Each worker has its own backend and pool, as a separate process would.
+        let backend = match w {
+            0 => backend.clone(),
+            _ => {
+                let b = SqlExecutionBackend::<D>::new(&a.dsn, options.clone())?;
+                b.open().await?;
+                b
             }
-        }));
+        };
+        let mut o = ExecutionSourceOptions::new(ns, "noop");
+        o.batch_size = a.batch;
+        o.prefetch = a.prefetch;
+        o.poll_interval = Duration::from_millis(50);
+        o.lease_duration = Duration::from_secs(60);
+        o.heartbeat_interval = Duration::from_secs(20);
+        o.worker_id = format!("bench-{w}");
+        let source = Arc::new(ExecutionSource::new(backend, o)?);
+        let handled = handled_count.clone();
+        let mut builder = OneStepApp::builder("bench");
+        if a.metrics && w == 0 {
+            let exporter = Arc::new(onestep_core::metrics::PrometheusExporter::default());
+            let recorder = exporter.clone();
+            builder = builder.on_event(move |event| recorder.record(event));
+            scraper = Some(tokio::spawn(async move {
+                let mut tick = tokio::time::interval(Duration::from_secs(1));
+                loop {
+                    tick.tick().await;
+                    executions.sample_backlog().await;
+                    let text = exporter.render() + &executions.render();
+                    std::hint::black_box(text.len());
+                }
+            }));
+        }
+        let app = builder
+            .task(
+                Task::new("noop")
+                    .source(source)
+                    .concurrency(a.concurrency)
+                    .handler(move |_ctx: TaskContext, _v: Value| {
+                        handled.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        async { Ok::<_, TaskError>(json!({"ok": true})) }
+                    }),
+            )
+            .build()?;
+        handles.push(app.handle());
+        apps.push(app);
     }
-    let app = builder
-        .task(
-            Task::new("noop")
-                .source(source)
-                .concurrency(a.concurrency)
-                .handler(move |_ctx: TaskContext, _v: Value| {
-                    handled.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    async { Ok::<_, TaskError>(json!({"ok": true})) }
-                }),
-        )
-        .build()?;
-    let handle = app.handle();
-    let mut app = Some(app);
-    let mut worker = None;
+    let mut workers = Vec::with_capacity(a.workers);
     if steady {
-        // Start the worker first and let it go idle: pickups then measure wake-ups.
-        let app = app.take().ok_or("app already started")?;
-        worker = Some(tokio::spawn(async move { app.serve().await }));
+        // Start the workers first and let them go idle: pickups then measure wake-ups.
+        workers.extend(
+            apps.drain(..)
+                .map(|app| tokio::spawn(async move { app.serve().await })),
+        );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
 
@@ -349,19 +376,23 @@ async fn run<D: Dialect>(a: Args) -> Result<Value, Box<dyn std::error::Error>> {
         false => None,
     };
     let drain_started = Instant::now();
-    if let Some(app) = app.take() {
-        worker = Some(tokio::spawn(async move { app.serve().await }));
-    }
-    let worker = worker.ok_or("the worker never started")?;
+    workers.extend(
+        apps.drain(..)
+            .map(|app| tokio::spawn(async move { app.serve().await })),
+    );
     while handled_count.load(std::sync::atomic::Ordering::Relaxed) < a.n {
-        if worker.is_finished() {
+        if workers.iter().any(|w| w.is_finished()) {
             break;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     // A graceful shutdown flushes the batched completions: the drain ends when all are stored.
-    handle.request_shutdown();
-    worker.await??;
+    for handle in &handles {
+        handle.request_shutdown();
+    }
+    for worker in workers {
+        worker.await??;
+    }
     let drain_s = drain_started.elapsed().as_secs_f64();
     let counted = match before {
         Some(before) => {
@@ -425,6 +456,7 @@ async fn run<D: Dialect>(a: Args) -> Result<Value, Box<dyn std::error::Error>> {
         "backend": D::NAME,
         "n": a.n,
         "concurrency": a.concurrency,
+        "workers": a.workers,
         "batch": a.batch,
         "prefetch": a.prefetch,
         "submit_batch": a.submit_batch,

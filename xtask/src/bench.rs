@@ -490,8 +490,10 @@ fn summary(lines: &[Value]) -> String {
     let peer_drain = |system: &str, server: &str| {
         lines
             .iter()
+            // A source drain (`workload`) is another workload, never a burn-down's peer.
             .find(|l| {
-                l.get("system").and_then(Value::as_str) == Some(system)
+                l.get("workload").is_none()
+                    && l.get("system").and_then(Value::as_str) == Some(system)
                     && l.get("server").and_then(Value::as_str) == Some(server)
             })
             .and_then(drained)
@@ -640,7 +642,19 @@ mod tests {
         let four = serde_json::json!({"system": scale::system(4), "server": "postgres",
             "submit_batch": 1000, "n": 20000, "submit_per_s": 20000.0, "drain_per_s": 9600.0,
             "pickup_ms": {"p50": 900.0}});
-        let table = summary(&[ceiling, ours, mariadb, four]);
+        // The reference's table-queue drain on SQLite is no peer of our SQLite burn-down.
+        let sqlite = serde_json::json!({"system": "onestep (Rust)", "server": "sqlite",
+            "submit_batch": 0, "n": 20000, "submit_per_s": 700.0, "drain_per_s": 6000.0,
+            "pickup_ms": {"p50": 9000.0}});
+        let table_queue = serde_json::json!({"system": "onestep (Python reference)",
+            "server": "sqlite", "workload": "table_queue", "drain_per_s": 600.0});
+        let table = summary(&[ceiling, ours, mariadb, four, sqlite, table_queue]);
+        assert!(
+            table.contains(
+                "| onestep (Rust) | sqlite | one by one | 20000 | 700 | 6000 | 9000 | – | – | – |"
+            ),
+            "{table}"
+        );
         assert!(table.contains("| bare SQL ceiling | postgres | submit_many(1000) | 20000 | 20000 | 12000 | – | – | – | – |"), "{table}");
         assert!(table.contains("| onestep (Rust), 4 workers | postgres | submit_many(1000) | 20000 | 20000 | 9600 | 900 | – | – | 0.80× |"), "{table}");
         assert!(table.contains("| onestep (Rust) | postgres | one by one | 20000 | 700 | 8000 | 9000 | – | – | 0.67× |"), "{table}");

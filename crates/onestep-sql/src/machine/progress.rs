@@ -21,10 +21,15 @@ impl<D: Dialect> SqlExecutionBackend<D> {
     }
 
     /// Whether the executions table has the progress column (a query that reads it, no row).
-    async fn has_progress_column(pool: &sqlx::Pool<D::Db>, executions: &str) -> bool {
-        let Ok(mut tx) = D::begin(pool).await else {
-            return false;
-        };
+    /// A transaction that cannot start (the database is away, the pool's wait timed out) is an
+    /// error, not a missing column, so it never switches progress off for the process.
+    async fn has_progress_column(
+        pool: &sqlx::Pool<D::Db>,
+        executions: &str,
+    ) -> ExecutionResult<bool> {
+        let mut tx = D::begin(pool)
+            .await
+            .map_err(db::<D>(ConnectorOperation::Open))?;
         // Unquoted: SQLite reads a double-quoted name that is no column as a string literal.
         let sql = format!(
             "SELECT {PROGRESS_COLUMN} FROM {} WHERE 1 = 0",
@@ -32,7 +37,7 @@ impl<D: Dialect> SqlExecutionBackend<D> {
         );
         let found = D::fetch(&mut tx, &sql, Vec::new()).await.is_ok();
         let _ = tx.rollback().await;
-        found
+        Ok(found)
     }
 
     /// Makes sure of the progress column when the backend creates tables; returns whether the
@@ -42,7 +47,7 @@ impl<D: Dialect> SqlExecutionBackend<D> {
         pool: &sqlx::Pool<D::Db>,
     ) -> ExecutionResult<bool> {
         let executions = &self.inner.tables.executions;
-        if Self::has_progress_column(pool, executions).await {
+        if Self::has_progress_column(pool, executions).await? {
             return Ok(true);
         }
         if !self.inner.options.auto_create {
@@ -65,7 +70,7 @@ impl<D: Dialect> SqlExecutionBackend<D> {
             Ok(_) => tx.commit().await.map_err(db::<D>(op))?,
             Err(err) => {
                 let _ = tx.rollback().await;
-                if !Self::has_progress_column(pool, executions).await {
+                if !Self::has_progress_column(pool, executions).await? {
                     return Err(db::<D>(op)(err));
                 }
             }

@@ -48,7 +48,8 @@ struct Args {
     seconds: usize,
     /// Finished executions of the same task put in the table before the run (cost vs history).
     history: usize,
-    /// Worker apps draining side by side, each with its own pool (as separate processes would).
+    /// Worker apps draining side by side in this process, each with its own pool and source
+    /// (standing in for separate processes; they share one tokio runtime).
     workers: usize,
     /// `--metrics on`: the Prometheus exporter counts every task event and a scraper renders
     /// `/metrics`' text (backlog sample included) every second, as `onestep run

@@ -1,7 +1,7 @@
 //! Scale-out on one server (issue 21): the PostgreSQL burn-down drained by 1, 2, 4 and 8 worker
-//! apps side by side (`burndown --workers K`, each with its own pool and concurrency, as
-//! separate processes would have), so the table shows how the drain grows with workers and
-//! where one server stops it.
+//! apps side by side in one process (`burndown --workers K`, each with its own pool, source and
+//! concurrency, standing in for separate processes; they share one tokio runtime), so the table
+//! shows how the drain grows with workers and where one server stops it.
 
 use std::path::Path;
 use std::process::Command;

@@ -120,11 +120,16 @@ const CONNECTOR_FIELDS: &[FieldDoc] = &[
         "string",
         "connection URL (sqlx or SQLAlchemy spelling)",
     ),
-    FieldDoc::optional("max_connections", "integer", Some("10"), "pool size"),
+    FieldDoc::optional(
+        "max_connections",
+        "integer",
+        Some("10 (sqlite: 1)"),
+        "pool size",
+    ),
     FieldDoc::optional(
         "acquire_timeout_s",
         "number",
-        Some("5"),
+        Some("5 (sqlite: 10)"),
         "how long to wait for a connection",
     ),
 ];

@@ -1,4 +1,5 @@
-//! Completing an attempt: one completion, or a batch written with one statement per table.
+//! Completing an attempt: one completion, or a batch written with a fixed number of statements
+//! (one on PostgreSQL, one per table elsewhere).
 
 use super::lease::LockedBatch;
 use super::*;

@@ -102,6 +102,11 @@ impl<D: Dialect> SqlExecutionBackend<D> {
     /// what batched heartbeats and completions decide on: the transaction's time and, per
     /// locked execution, whether its paired attempt still runs under the execution's lease
     /// token. One statement where the dialect has [`BatchPaths::lock_leases`](crate::dialect::BatchPaths::lock_leases), else three.
+    /// The pairs name distinct executions (the callers send repeated ones one by one).
+    ///
+    /// On PostgreSQL the attempts are read in the locking statement's snapshot, taken before any
+    /// wait for a row lock; that is enough because every transaction that ends or moves an
+    /// attempt also changes its execution's lease token, which the locked row is re-read with.
     pub(super) async fn lock_batch(
         &self,
         tx: &mut Tx<D>,

@@ -122,12 +122,13 @@ updated_at = ?, version = version + 1 WHERE id = ? AND version = ?";
 pub const ATTEMPTS: &str = "SELECT {acols} FROM {a} WHERE execution_id = ? ORDER BY attempt_no";
 
 /// Locks a batch of executions for a batched completion or heartbeat, in id order
-/// (deadlock-free against other batches). `{ids}` is the dialect's id-list match (`IN (?, …)` by default).
-pub const LOCK_MANY: &str = "SELECT {cols} FROM {e} WHERE id {ids} ORDER BY id{lock}";
-
-/// Reads the still-running attempts of a batch of completions or heartbeats; `{ids}` as in [`LOCK_MANY`].
-pub const RUNNING_ATTEMPTS_MANY: &str =
-    "SELECT {acols} FROM {a} WHERE id {ids} AND status = 'running'";
+/// (deadlock-free against other batches), and reads with each whether one of the batch's
+/// attempts (`{attempt_ids}`, an `IN (?, …)` list, bound first) is `running` under the
+/// execution's lease token: all execution columns, then 1 or 0. `{ids}` is the dialect's id-list
+/// match (`IN (?, …)` by default). A dialect with `BatchPaths::lock_leases` uses that instead.
+pub const LOCK_LEASES_MANY: &str = "SELECT {cols}, CAST(EXISTS (SELECT 1 FROM {a} r \
+WHERE r.id {attempt_ids} AND r.execution_id = {e}.id AND r.lease_token = {e}.lease_token \
+AND r.status = 'running') AS SIGNED) FROM {e} WHERE id {ids} ORDER BY id{lock}";
 
 /// Renews the leases of a batch of locked, held executions; `{ids}` as in [`LOCK_MANY`].
 pub const HEARTBEAT_MANY: &str = "UPDATE {e} SET lease_expires_at = ?, updated_at = ? \

@@ -101,10 +101,12 @@ impl<D: Dialect> SqlExecutionBackend<D> {
     /// Locks the executions of a batch of (execution, attempt) pairs, in id order, and reads
     /// what batched heartbeats and completions decide on: the transaction's time and, per
     /// locked execution, whether its paired attempt still runs under the execution's lease
-    /// token. One statement where the dialect has [`BatchPaths::lock_leases`](crate::dialect::BatchPaths::lock_leases), else three.
+    /// token. One statement (and, where the dialect reads no time from the database, nothing
+    /// more): [`BatchPaths::lock_leases`](crate::dialect::BatchPaths::lock_leases) where the
+    /// dialect has it, else [`sql::LOCK_LEASES_MANY`].
     /// The pairs name distinct executions (the callers send repeated ones one by one).
     ///
-    /// On PostgreSQL the attempts are read in the locking statement's snapshot, taken before any
+    /// The attempts are read in the locking statement's snapshot, taken before any
     /// wait for a row lock; that is enough because every transaction that ends or moves an
     /// attempt also changes its execution's lease token, which the locked row is re-read with.
     pub(super) async fn lock_batch(
@@ -129,7 +131,7 @@ impl<D: Dialect> SqlExecutionBackend<D> {
                 let at = D::time(row, 23)
                     .and_then(|at| crate::decode::required(at, "CURRENT_TIMESTAMP"));
                 now = Some(at.map_err(db::<D>(op))?);
-                let running = D::int(row, 24).map_err(db::<D>(op))? == Some(1);
+                let running = D::bigint(row, 24).map_err(db::<D>(op))? == Some(1);
                 rows.insert(locked.id, (locked, running));
             }
             let now = match (now, &self.inner.options.clock) {
@@ -142,26 +144,21 @@ impl<D: Dialect> SqlExecutionBackend<D> {
             return Ok(LockedBatch { now, rows });
         }
         let now = self.now(tx, op).await?;
-        let (lock, execution_ids) = self.over_ids(sql::LOCK_MANY, pairs.clone().map(|p| p.0));
-        let (attempts, attempt_ids) =
-            self.over_ids(sql::RUNNING_ATTEMPTS_MANY, pairs.clone().map(|p| p.1));
-        let locked = crate::decode::executions::<D>(tx, &lock, execution_ids)
+        let attempt_ids: Vec<Param> = pairs.clone().map(|p| Param::from(p.1)).collect();
+        let template = sql::LOCK_LEASES_MANY.replace(
+            "{attempt_ids}",
+            &format!("IN ({})", vec!["?"; attempt_ids.len()].join(", ")),
+        );
+        let (lock, execution_ids) = self.over_ids(&template, pairs.map(|p| p.0));
+        let fetched = D::fetch(tx, &lock, [attempt_ids, execution_ids].concat())
             .await
             .map_err(db::<D>(op))?;
-        let running = crate::decode::attempts::<D>(tx, &attempts, attempt_ids)
-            .await
-            .map_err(db::<D>(op))?;
-        let attempt_of: HashMap<Uuid, Uuid> = pairs.collect();
-        let rows = locked
-            .into_iter()
-            .map(|row| {
-                let runs = match (attempt_of.get(&row.id), row.lease_token) {
-                    (Some(&attempt), Some(token)) => attempt_runs(&running, row.id, attempt, token),
-                    _ => false,
-                };
-                (row.id, (row, runs))
-            })
-            .collect();
+        let mut rows = HashMap::with_capacity(fetched.len());
+        for row in &fetched {
+            let locked = crate::decode::execution::<D>(row).map_err(db::<D>(op))?;
+            let running = D::bigint(row, 23).map_err(db::<D>(op))? == Some(1);
+            rows.insert(locked.id, (locked, running));
+        }
         Ok(LockedBatch { now, rows })
     }
 

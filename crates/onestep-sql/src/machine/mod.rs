@@ -324,14 +324,6 @@ fn distinct_executions(ids: impl Iterator<Item = Uuid>) -> bool {
     ids.into_iter().all(|id| seen.insert(id))
 }
 
-/// Whether `attempt_id` is, among the `running` attempts a batch read, the running attempt of
-/// `execution_id` under `token`.
-fn attempt_runs(running: &[AttemptRow], execution_id: Uuid, attempt_id: Uuid, token: Uuid) -> bool {
-    running
-        .iter()
-        .any(|r| r.id == attempt_id && r.execution_id == execution_id && r.lease_token == token)
-}
-
 fn new_row_id() -> Uuid {
     Uuid::now_v7()
 }

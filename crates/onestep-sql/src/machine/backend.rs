@@ -211,9 +211,9 @@ impl<D: Dialect> LeasedExecutionBackend for SqlExecutionBackend<D> {
             .await
     }
 
-    /// Renews distinct leases in one transaction, a fixed number of statements whatever their
-    /// number (three on PostgreSQL, four elsewhere; the leases of one execution twice, or a zero
-    /// lease, go one by one); each lease is decided on its own, as
+    /// Renews distinct leases in one transaction, three statements whatever their number (the
+    /// leases of one execution twice, or a zero lease, go one by one); each lease is decided on
+    /// its own, as
     /// [`heartbeat`](LeasedExecutionBackend::heartbeat) decides it.
     async fn heartbeat_many(
         &self,

@@ -282,7 +282,9 @@ async fn process(
         return fail_at(Stage::DeliveryAction, &TaskError::from(err));
     }
     rt.emit(TaskEventKind::Started, ctx.envelope(), None, None);
-    let payload = ctx.envelope().body.clone();
+    // Each hook and the handler get their own copy of the payload, cloned from the envelope
+    // where it is used (no base copy kept for the whole attempt).
+    let payload = &ctx.envelope().body;
 
     if let Some(before) = &task.hooks.before {
         stage.set(Stage::BeforeHook);
@@ -315,7 +317,7 @@ async fn process(
     let mut sends = Vec::new();
     if !result.is_null() && !task.emit.is_empty() {
         stage.set(Stage::Route);
-        let bindings = match select_bindings(&task.emit, ctx, &payload, &result).await {
+        let bindings = match select_bindings(&task.emit, ctx, payload, &result).await {
             Ok(b) => b,
             Err(err) => return fail_at(Stage::Route, &err),
         };

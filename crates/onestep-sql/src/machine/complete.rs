@@ -128,7 +128,7 @@ impl<D: Dialect> SqlExecutionBackend<D> {
         );
         let mut tx = self.begin(op).await?;
         let out: ExecutionResult<_> = async {
-            let LockedBatch { now, rows } = self.lock_batch(&mut tx, op, completions.iter().map(|c| (c.0, c.1))).await?;
+            let LockedBatch { now, mut rows } = self.lock_batch(&mut tx, op, completions.iter().map(|c| (c.0, c.1))).await?;
             // Each completion's own answer, or `None` where its write is in `accepted`.
             let mut results: Vec<Option<ExecutionResult<Execution>>> = Vec::with_capacity(completions.len());
             let mut accepted: Vec<(usize, ExecutionRow, RowChange)> = Vec::new();
@@ -143,14 +143,21 @@ impl<D: Dialect> SqlExecutionBackend<D> {
                     if matches!(decision, CompletionDecision::Write(_)) && !attempt_running {
                         return Err(ExecutionError::LeaseLost("execution attempt is no longer valid".into()));
                     }
-                    Ok((row, decision))
+                    Ok(decision)
                 });
                 match decided {
-                    Ok((row, CompletionDecision::Write(change))) => {
-                        accepted.push((index, row.clone(), change));
+                    // The batch's executions are distinct, so the accepted row is taken, not copied.
+                    Ok(CompletionDecision::Write(change)) => {
+                        let Some((row, _)) = rows.remove(execution_id) else {
+                            return Err(ExecutionError::Backend("batched completion lost track of a row".into()));
+                        };
+                        accepted.push((index, row, change));
                         results.push(None);
                     }
-                    Ok((row, CompletionDecision::Replay)) => results.push(Some(row.to_execution())),
+                    Ok(CompletionDecision::Replay) => results.push(Some(match rows.get(execution_id) {
+                        Some((row, _)) => row.to_execution(),
+                        None => Err(ExecutionError::Backend("batched completion lost track of a row".into())),
+                    })),
                     Err(err) => results.push(Some(Err(err))),
                 }
             }

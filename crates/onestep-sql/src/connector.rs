@@ -43,8 +43,8 @@ impl<D: Dialect> std::fmt::Debug for SqlConnector<D> {
 impl<D: Dialect> SqlConnector<D> {
     /// A connector for `dsn` with the dialect's default [`PoolSettings`]
     /// ([`Dialect::default_pool_settings`]: 10 connections and a 5 s acquire timeout, on SQLite
-    /// one connection and 10 s). The DSN may use the reference's SQLAlchemy spelling (`postgresql+psycopg://…`);
-    /// its scheme must match the dialect.
+    /// one connection and 10 s). The DSN may use the reference's SQLAlchemy spelling
+    /// (`postgresql+psycopg://…`); its scheme must match the dialect.
     pub fn new(dsn: &str) -> ExecutionResult<Self> {
         let dsn = Dsn::parse(dsn).map_err(|m| {
             ExecutionError::invalid("dsn", m.trim_start_matches("dsn ").to_string())

@@ -95,8 +95,9 @@ pub struct BatchPaths<D: Dialect> {
     /// Locks the executions of a batch of leases in id order (batched completions and
     /// heartbeats) and reads what deciding on them needs in the same statement. Parameters: the
     /// execution ids and the attempt ids, each list one comma-separated text, paired by
-    /// position. Returns, per locked execution, all its columns, then the transaction's time,
-    /// then 1 where the paired attempt is `running` under the execution's lease token, else 0.
+    /// position. Returns, per locked execution, all its columns, then 1 where the paired attempt
+    /// is `running` under the execution's lease token, else 0 (as the other dialects' lock
+    /// does), then the transaction's time.
     pub lock_leases: &'static str,
     /// Runs `insert_many`.
     pub run_insert_many: InsertMany<D>,

@@ -121,9 +121,9 @@ SELECT (SELECT count(*) FROM done), (SELECT count(*) FROM ended)";
 /// transaction's time and whether each lease's attempt still runs (see `BatchPaths::lock_leases`):
 /// one statement where a time read, the lock and the attempts read took three. The pairs come
 /// as two comma-separated texts matched by position; planned per call, like the batch lock.
-const LOCK_LEASES: &str = "/* planned per call */ SELECT {cols}, CURRENT_TIMESTAMP, \
+const LOCK_LEASES: &str = "/* planned per call */ SELECT {cols}, \
 (EXISTS (SELECT 1 FROM {a} r WHERE r.id = p.attempt_id AND r.execution_id = e.id \
-AND r.lease_token = e.lease_token AND r.status = 'running'))::int4::int8 \
+AND r.lease_token = e.lease_token AND r.status = 'running'))::int4::int8, CURRENT_TIMESTAMP \
 FROM unnest(string_to_array(?, ',')::uuid[], string_to_array(?, ',')::uuid[]) \
 AS p(execution_id, attempt_id) JOIN {e} e ON e.id = p.execution_id ORDER BY e.id FOR UPDATE OF e";
 

@@ -130,11 +130,11 @@ pub const LOCK_LEASES_MANY: &str = "SELECT {cols}, CAST(EXISTS (SELECT 1 FROM {a
 WHERE r.id {attempt_ids} AND r.execution_id = {e}.id AND r.lease_token = {e}.lease_token \
 AND r.status = 'running') AS SIGNED) FROM {e} WHERE id {ids} ORDER BY id{lock}";
 
-/// Renews the leases of a batch of locked, held executions; `{ids}` as in [`LOCK_MANY`].
+/// Renews the leases of a batch of locked, held executions; `{ids}` as in [`LOCK_LEASES_MANY`].
 pub const HEARTBEAT_MANY: &str = "UPDATE {e} SET lease_expires_at = ?, updated_at = ? \
 WHERE id {ids} AND status IN ('running', 'cancel_requested')";
 
-/// Records a heartbeat on a batch of running attempts; `{ids}` as in [`LOCK_MANY`].
+/// Records a heartbeat on a batch of running attempts; `{ids}` as in [`LOCK_LEASES_MANY`].
 pub const HEARTBEAT_ATTEMPTS_MANY: &str =
     "UPDATE {a} SET heartbeat_at = ? WHERE id {ids} AND status = 'running'";
 

@@ -213,8 +213,7 @@ impl<D: Dialect> LeasedExecutionBackend for SqlExecutionBackend<D> {
 
     /// Renews distinct leases in one transaction, three statements whatever their number (the
     /// leases of one execution twice, or a zero lease, go one by one); each lease is decided on
-    /// its own, as
-    /// [`heartbeat`](LeasedExecutionBackend::heartbeat) decides it.
+    /// its own, as [`heartbeat`](LeasedExecutionBackend::heartbeat) decides it.
     async fn heartbeat_many(
         &self,
         leases: &[(Uuid, Uuid, Uuid)],

@@ -115,50 +115,56 @@ impl<D: Dialect> SqlExecutionBackend<D> {
         op: ConnectorOperation,
         pairs: impl ExactSizeIterator<Item = (Uuid, Uuid)> + Clone,
     ) -> ExecutionResult<LockedBatch> {
-        if let Some(template) = &self.inner.statements.lock_leases {
-            let list = |ids: &mut dyn Iterator<Item = Uuid>| {
-                ids.map(|id| id.to_string()).collect::<Vec<_>>().join(",")
-            };
-            let params = vec![
-                Param::Text(list(&mut pairs.clone().map(|p| p.0))),
-                Param::Text(list(&mut pairs.map(|p| p.1))),
-            ];
-            let fetched = D::fetch(tx, template, params).await.map_err(db::<D>(op))?;
-            let mut now = None;
-            let mut rows = HashMap::with_capacity(fetched.len());
-            for row in &fetched {
-                let locked = crate::decode::execution::<D>(row).map_err(db::<D>(op))?;
-                let at = D::time(row, 23)
-                    .and_then(|at| crate::decode::required(at, "CURRENT_TIMESTAMP"));
-                now = Some(at.map_err(db::<D>(op))?);
-                let running = D::bigint(row, 24).map_err(db::<D>(op))? == Some(1);
-                rows.insert(locked.id, (locked, running));
+        // Where the statement reads the transaction's time, it is taken from the rows; else
+        // (an injected clock, or a dialect whose time is the client's) it is known beforehand.
+        let reads_time =
+            self.inner.statements.lock_leases.is_some() && self.inner.options.clock.is_none();
+        let known_now = match reads_time {
+            true => None,
+            false => Some(self.now(tx, op).await?),
+        };
+        let (statement, params) = match &self.inner.statements.lock_leases {
+            Some(template) => {
+                let list = |ids: &mut dyn Iterator<Item = Uuid>| {
+                    ids.map(|id| id.to_string()).collect::<Vec<_>>().join(",")
+                };
+                let params = vec![
+                    Param::Text(list(&mut pairs.clone().map(|p| p.0))),
+                    Param::Text(list(&mut pairs.map(|p| p.1))),
+                ];
+                (template.clone(), params)
             }
-            let now = match (now, &self.inner.options.clock) {
-                (Some(now), None) => {
-                    onestep_core::clock::whole_micros(onestep_core::clock::utc(now))
-                }
-                // An injected clock, or nothing locked (no row to read the time from).
-                _ => self.now(tx, op).await?,
-            };
-            return Ok(LockedBatch { now, rows });
-        }
-        let now = self.now(tx, op).await?;
-        let attempt_ids: Vec<Param> = pairs.clone().map(|p| Param::from(p.1)).collect();
-        let template = sql::LOCK_LEASES_MANY.replace(
-            "{attempt_ids}",
-            &format!("IN ({})", vec!["?"; attempt_ids.len()].join(", ")),
-        );
-        let (lock, execution_ids) = self.over_ids(&template, pairs.map(|p| p.0));
-        let fetched = D::fetch(tx, &lock, [attempt_ids, execution_ids].concat())
+            None => {
+                let attempt_ids: Vec<Param> = pairs.clone().map(|p| Param::from(p.1)).collect();
+                let template = sql::LOCK_LEASES_MANY.replace(
+                    "{attempt_ids}",
+                    &format!("IN ({})", vec!["?"; attempt_ids.len()].join(", ")),
+                );
+                let (lock, execution_ids) = self.over_ids(&template, pairs.map(|p| p.0));
+                (lock, [attempt_ids, execution_ids].concat())
+            }
+        };
+        let fetched = D::fetch(tx, &statement, params)
             .await
             .map_err(db::<D>(op))?;
+        let mut read_now = None;
         let mut rows = HashMap::with_capacity(fetched.len());
         for row in &fetched {
             let locked = crate::decode::execution::<D>(row).map_err(db::<D>(op))?;
             let running = D::bigint(row, 23).map_err(db::<D>(op))? == Some(1);
+            if reads_time {
+                let at = D::time(row, 24)
+                    .and_then(|at| crate::decode::required(at, "CURRENT_TIMESTAMP"));
+                read_now = Some(at.map_err(db::<D>(op))?);
+            }
             rows.insert(locked.id, (locked, running));
         }
+        let now = match (known_now, read_now) {
+            (Some(now), _) => now,
+            (None, Some(at)) => onestep_core::clock::whole_micros(onestep_core::clock::utc(at)),
+            // Nothing locked: no row to read the time from.
+            (None, None) => self.now(tx, op).await?,
+        };
         Ok(LockedBatch { now, rows })
     }
 

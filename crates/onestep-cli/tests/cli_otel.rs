@@ -256,52 +256,58 @@ async fn run_exports_a_span_per_delivery_with_the_execution_and_attempt_ids() {
     );
 }
 
-#[test]
-fn a_protocol_this_build_cannot_export_stops_run_with_the_variables_name() {
+/// Runs `onestep run` with `set` in its environment and `unset` removed, expects the refusal
+/// (exit 2) before anything started (no database file), and returns its stderr.
+fn refused_run(set: &[(&str, &str)], unset: &[&str]) -> String {
     let dir = tempfile::tempdir().unwrap();
     let dsn = format!("sqlite://{}?mode=rwc", dir.path().join("otel.db").display());
-    let out = Command::new(env!("CARGO_BIN_EXE_onestep"))
-        .args(["run"])
-        .arg(yaml(dir.path(), &dsn))
-        .env("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4317")
-        .env("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
-        .output()
-        .unwrap();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_onestep"));
+    command.args(["run"]).arg(yaml(dir.path(), &dsn));
+    command.envs(set.iter().copied());
+    for name in unset {
+        command.env_remove(name);
+    }
+    let out = command.output().unwrap();
     assert_eq!(out.status.code(), Some(2), "{out:?}");
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(
+        !dir.path().join("otel.db").exists(),
+        "nothing was started: {stderr}"
+    );
+    stderr
+}
+
+#[test]
+fn a_protocol_this_build_cannot_export_stops_run_with_the_variables_name() {
+    let stderr = refused_run(
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4317"),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
+        ],
+        &[],
+    );
     assert!(
         stderr.contains(
             "OTEL_EXPORTER_OTLP_PROTOCOL must be http/protobuf (this build exports OTLP over HTTP), got \"grpc\""
         ),
         "{stderr}"
     );
-    assert!(
-        !dir.path().join("otel.db").exists(),
-        "nothing was started: {stderr}"
-    );
 }
 
 #[test]
 fn an_exporter_this_build_does_not_have_stops_run_with_the_variables_name() {
-    let dir = tempfile::tempdir().unwrap();
-    let dsn = format!("sqlite://{}?mode=rwc", dir.path().join("otel.db").display());
-    let out = Command::new(env!("CARGO_BIN_EXE_onestep"))
-        .args(["run"])
-        .arg(yaml(dir.path(), &dsn))
-        .env("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318")
-        .env("OTEL_TRACES_EXPORTER", "zipkin")
-        .env_remove("OTEL_EXPORTER_OTLP_PROTOCOL")
-        .env_remove("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2), "{out:?}");
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = refused_run(
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318"),
+            ("OTEL_TRACES_EXPORTER", "zipkin"),
+        ],
+        &[
+            "OTEL_EXPORTER_OTLP_PROTOCOL",
+            "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+        ],
+    );
     assert!(
         stderr.contains("OTEL_TRACES_EXPORTER must be otlp or none, got \"zipkin\""),
         "{stderr}"
-    );
-    assert!(
-        !dir.path().join("otel.db").exists(),
-        "nothing was started: {stderr}"
     );
 }

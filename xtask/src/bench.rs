@@ -258,25 +258,16 @@ fn run_all(
             if history > 0 {
                 cmd.args(["--history", &history.to_string()]);
             }
-            let mut line = json_line(cmd, &format!("onestep on {label}"))?;
-            if let Value::Object(map) = &mut line {
-                map.insert("system".into(), "onestep (Rust)".into());
-                map.insert("server".into(), label.into());
-            }
-            println!("{line}");
-            lines.push(line);
+            let what = format!("onestep on {label}");
+            lines.push(labeled_run(cmd, &what, "onestep (Rust)", label, &[])?);
             // The metrics' cost: the PostgreSQL burn-down again, right after, with the exporter
             // and a scrape every second (issue: at most 5 % slower).
             if label == "postgres" && (submit_batch, rate, history) == (0, 0, 0) {
                 let mut cmd = drain(0);
                 cmd.args(["--metrics", "on"]);
-                let mut line = json_line(cmd, "onestep on postgres with metrics")?;
-                if let Value::Object(map) = &mut line {
-                    map.insert("system".into(), "onestep (Rust), metrics on".into());
-                    map.insert("server".into(), label.into());
-                }
-                println!("{line}");
-                lines.push(line);
+                let what = "onestep on postgres with metrics";
+                let system = "onestep (Rust), metrics on";
+                lines.push(labeled_run(cmd, what, system, label, &[])?);
             }
             if label == "sqlite" {
                 remove_sqlite(&sqlite_file)?;
@@ -308,14 +299,9 @@ fn run_all(
             .arg(&onestep)
             .args(["--dsn", &dsn, "--n", &options.n.to_string()])
             .args(["--concurrency", "32"]);
-        let mut line = json_line(cmd, &format!("onestep serve on {label} (HTTP submits)"))?;
-        if let Value::Object(map) = &mut line {
-            map.insert("system".into(), "onestep (Rust)".into());
-            map.insert("server".into(), label.into());
-            map.insert("settings".into(), json!({"submit": "HTTP, 32 connections"}));
-        }
-        println!("{line}");
-        lines.push(line);
+        let what = format!("onestep serve on {label} (HTTP submits)");
+        let settings = [("settings", json!({"submit": "HTTP, 32 connections"}))];
+        lines.push(labeled_run(cmd, &what, "onestep (Rust)", label, &settings)?);
         if label == "sqlite" {
             remove_sqlite(&sqlite_file)?;
         }
@@ -344,13 +330,9 @@ fn run_all(
                 .env("MARIADB_URL", &peer_mariadb)
                 // The build is finished and nothing else of ours runs: no need to wait.
                 .env("WAIT_FOR_IDLE", "0");
-            let mut line = json_line(cmd, &format!("{peer} on {backend} ({mode})"))?;
-            if let Value::Object(map) = &mut line {
-                map.insert("system".into(), Value::String(peer_label(peer, mode)));
-                map.insert("server".into(), backend.into());
-            }
-            println!("{line}");
-            lines.push(line);
+            let what = format!("{peer} on {backend} ({mode})");
+            let system = peer_label(peer, mode);
+            lines.push(labeled_run(cmd, &what, &system, backend, &[])?);
         }
         let sqlite_file = sqlite_dir.join("bench-sources.db");
         remove_sqlite(&sqlite_file)?;
@@ -410,6 +392,27 @@ fn peer_label(peer: &str, mode: &str) -> String {
 }
 
 /// Runs `cmd` and parses the last line of its standard output as JSON.
+/// Runs `cmd` ([`json_line`]), labels its line with `system`, `server` and the `extra` fields,
+/// prints it and returns it: every run of the table goes through here.
+fn labeled_run(
+    cmd: Command,
+    what: &str,
+    system: &str,
+    server: &str,
+    extra: &[(&str, Value)],
+) -> Result<Value> {
+    let mut line = json_line(cmd, what)?;
+    if let Value::Object(map) = &mut line {
+        map.insert("system".into(), system.into());
+        map.insert("server".into(), server.into());
+        for (key, value) in extra {
+            map.insert((*key).into(), value.clone());
+        }
+    }
+    println!("{line}");
+    Ok(line)
+}
+
 fn json_line(mut cmd: Command, what: &str) -> Result<Value> {
     eprintln!("xtask: bench: {what}");
     let output = cmd

@@ -25,13 +25,13 @@ pub fn run(binary: &Path, dsn: &str, n: usize) -> Result<Value> {
     cmd.args(["--dsn", dsn, "--n", &n.to_string()])
         .args(["--connections", &CONNECTIONS.to_string()])
         .args(["--batch", &BATCH.to_string()]);
-    let mut line = super::json_line(cmd, "the bare SQL ceiling on postgres")?;
-    if let Value::Object(map) = &mut line {
-        map.insert("system".into(), SYSTEM.into());
-        map.insert("server".into(), "postgres".into());
-    }
-    println!("{line}");
-    Ok(line)
+    super::labeled_run(
+        cmd,
+        "the bare SQL ceiling on postgres",
+        SYSTEM,
+        "postgres",
+        &[],
+    )
 }
 
 /// The ceiling's drained/s on `server` among `lines`, if it ran there.

@@ -39,13 +39,13 @@ pub fn run(
             .args(["--submit-batch", "1000"])
             .args(["--workers", &workers.to_string()]);
         let what = format!("onestep on postgres, {workers} workers");
-        let mut line = super::json_line(cmd, &what)?;
-        if let Value::Object(map) = &mut line {
-            map.insert("system".into(), system(workers).into());
-            map.insert("server".into(), "postgres".into());
-        }
-        println!("{line}");
-        lines.push(line);
+        lines.push(super::labeled_run(
+            cmd,
+            &what,
+            &system(workers),
+            "postgres",
+            &[],
+        )?);
     }
     Ok(lines)
 }

@@ -36,14 +36,9 @@ pub fn run(root: &Path, binary: &Path, servers: &[(&str, String)]) -> Result<Vec
                 ("onestep (Rust)", ours),
                 ("onestep (Python reference)", theirs),
             ] {
-                let mut line = super::json_line(cmd, &format!("{system} {workload} on {server}"))?;
-                if let Value::Object(map) = &mut line {
-                    map.insert("system".into(), system.into());
-                    map.insert("server".into(), (*server).into());
-                    map.insert("workload".into(), workload.into());
-                }
-                println!("{line}");
-                lines.push(line);
+                let what = format!("{system} {workload} on {server}");
+                let workload = [("workload", Value::from(workload))];
+                lines.push(super::labeled_run(cmd, &what, system, server, &workload)?);
             }
         }
     }
@@ -71,14 +66,9 @@ pub fn run_broker(
         ("onestep (Rust)", ours),
         ("onestep (Python reference)", theirs),
     ] {
-        let mut line = super::json_line(cmd, &format!("{system} {workload}"))?;
-        if let Value::Object(map) = &mut line {
-            map.insert("system".into(), system.into());
-            map.insert("server".into(), server.into());
-            map.insert("workload".into(), workload.into());
-        }
-        println!("{line}");
-        lines.push(line);
+        let what = format!("{system} {workload}");
+        let workload = [("workload", Value::from(workload))];
+        lines.push(super::labeled_run(cmd, &what, system, server, &workload)?);
     }
     Ok(lines)
 }

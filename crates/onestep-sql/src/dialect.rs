@@ -48,6 +48,19 @@ pub type InsertMany<D> = for<'a> fn(
     &'a [&'a ExecutionRow],
 ) -> BoxFuture<'a, Result<u64, sqlx::Error>>;
 
+/// Runs [`BatchPaths::insert_one`] (rendered) on a connection of the pool, outside any
+/// transaction, so the statement commits itself: the stored row, with the database's times, or
+/// `None` when its idempotency key (or id) was taken. The row's own times are not sent; it is
+/// due `delay_us` microseconds after the database's now, and `notify` names the channel to
+/// notify, if any.
+pub type InsertOne<D> = for<'a> fn(
+    &'a sqlx::Pool<<D as Dialect>::Db>,
+    &'a str,
+    &'a ExecutionRow,
+    i64,
+    Option<&'a str>,
+) -> BoxFuture<'a, Result<Option<ExecutionRow>, sqlx::Error>>;
+
 /// Runs [`BatchPaths::complete_many`] (rendered) for completions the state machine accepted
 /// (their rows locked) at the given time; returns how many executions and attempts changed.
 pub type CompleteMany<D> = for<'a> fn(
@@ -58,8 +71,8 @@ pub type CompleteMany<D> = for<'a> fn(
 ) -> BoxFuture<'a, Result<(u64, u64), sqlx::Error>>;
 
 /// The one optional capability of a dialect: statements of fixed shape for batches, so their
-/// text, and the server's plan for it, is the same at every batch size, and the writers that
-/// bind whole columns at once. Without it, the state machine claims in three statements,
+/// text, and the server's plan for it, is the same at every batch size, the writers that bind
+/// whole columns at once, and a submit in one round trip. Without it, the state machine claims in three statements,
 /// looks keys up with `IN (?, …)`, inserts with multi-row `VALUES`, matches ids with
 /// `IN (?, …)` and completes with `CASE id WHEN ? THEN ? …` updates, which every dialect runs
 /// (MySQL has no `UPDATE … RETURNING`; SQLite runs in-process under one database lock, so its
@@ -99,6 +112,17 @@ pub struct BatchPaths<D: Dialect> {
     /// is `running` under the execution's lease token, else 0 (as the other dialects' lock
     /// does), then the transaction's time.
     pub lock_leases: &'static str,
+    /// Submits one new execution in one statement that commits by itself (one round trip,
+    /// where `BEGIN`, the time read, the insert and `COMMIT` took four), run by
+    /// `run_insert_one`. It reads the database's time itself, so only a dialect whose
+    /// [`Dialect::database_now`] is its `CURRENT_TIMESTAMP` may offer it, and it notifies the
+    /// workers' channel when one is given. A row whose key (or id) is taken is skipped and no
+    /// row comes back. Parameters: the notify channel (NULL: none), id, namespace, task name,
+    /// payload, metadata, idempotency key, submission digest, the delay in microseconds,
+    /// `expires_at`. Returns all execution columns of the new row.
+    pub insert_one: &'static str,
+    /// Runs `insert_one`.
+    pub run_insert_one: InsertOne<D>,
     /// Runs `insert_many`.
     pub run_insert_many: InsertMany<D>,
     /// Runs `complete_many`.
@@ -149,6 +173,13 @@ pub trait Dialect: Send + Sync + Sized + 'static {
     /// The clause that locks selected rows and skips rows locked by others (claims).
     const SKIP_LOCKED: &'static str;
 
+    /// Whether a submit's insert may run on its own, committed by itself, instead of inside
+    /// `BEGIN` … `COMMIT` (two round trips fewer). Only for a dialect whose process clock
+    /// decides a new row's times ([`Dialect::database_now`] is `None`) and that sends no
+    /// notification with a submit ([`Dialect::notify_sql`] is `None`): then the insert needs
+    /// nothing else from a transaction. `false` (the default) keeps the transaction.
+    const INSERT_ON_ITS_OWN: bool = false;
+
     /// The statements of fixed shape for batches, and the writers that run them, when the
     /// dialect has them (PostgreSQL); see [`BatchPaths`]. `None` (the default): the statements
     /// every dialect runs.
@@ -195,6 +226,19 @@ pub trait Dialect: Send + Sync + Sized + 'static {
         sql: &str,
         params: Vec<Param>,
     ) -> Result<u64, sqlx::Error>;
+
+    /// Runs a statement on a connection of `pool`, outside any transaction, so it commits by
+    /// itself; returns the number of rows it matched.
+    async fn execute_on_its_own(
+        pool: &sqlx::Pool<Self::Db>,
+        sql: &str,
+        params: Vec<Param>,
+    ) -> Result<u64, sqlx::Error> {
+        let mut tx = Self::begin(pool).await?;
+        let matched = Self::execute(&mut tx, sql, params).await?;
+        tx.commit().await?;
+        Ok(matched)
+    }
 
     /// Runs a query; returns its rows.
     async fn fetch(

@@ -148,6 +148,7 @@ impl Dialect for MySql {
     const SCHEMA: schema::Dialect = schema::Dialect::MySql;
     const FOR_UPDATE: &'static str = " FOR UPDATE";
     const SKIP_LOCKED: &'static str = " FOR UPDATE SKIP LOCKED";
+    const INSERT_ON_ITS_OWN: bool = true;
 
     fn quote(identifier: &str) -> String {
         format!("`{identifier}`")
@@ -188,6 +189,14 @@ impl Dialect for MySql {
         params: Vec<Param>,
     ) -> Result<u64, sqlx::Error> {
         Ok(query(sql, params).execute(&mut **tx).await?.rows_affected())
+    }
+
+    async fn execute_on_its_own(
+        pool: &sqlx::Pool<sqlx::MySql>,
+        sql: &str,
+        params: Vec<Param>,
+    ) -> Result<u64, sqlx::Error> {
+        Ok(query(sql, params).execute(pool).await?.rows_affected())
     }
 
     async fn fetch(

@@ -94,6 +94,13 @@ const INSERT_MANY: &str = "INSERT INTO {e} ({cols}) SELECT * FROM unnest(?::uuid
 ?::timestamptz[], ?::timestamptz[], ?::timestamptz[], ?::timestamptz[], ?::timestamptz[], \
 ?::timestamptz[], ?::bigint[]) ON CONFLICT DO NOTHING";
 
+/// One submit in one round trip (see `BatchPaths::insert_one`), committed by itself: the row's
+/// times are the statement's `CURRENT_TIMESTAMP`, and the workers' channel is notified in the
+/// same statement when a channel is given. `BEGIN`, `SELECT CURRENT_TIMESTAMP`, the insert and
+/// `COMMIT` were four round trips before the commit's flush; `pgbench` with one client here
+/// commits 1,360–1,440 such transactions a second and 2,500–2,970 single-statement ones.
+const INSERT_ONE: &str = "WITH t AS (SELECT CURRENT_TIMESTAMP AS now), n AS (SELECT pg_notify(c, '') FROM (SELECT ?::text AS c) x WHERE c IS NOT NULL) INSERT INTO {e} ({cols}) SELECT ?, ?, ?, 'queued', ?::jsonb, ?::jsonb, NULL, NULL, ?, ?, 0, t.now + ? * INTERVAL '1 microsecond', NULL, NULL, NULL, NULL, NULL, ?, t.now, t.now, NULL, NULL, 0 FROM t LEFT JOIN n ON true ON CONFLICT DO NOTHING RETURNING {cols}";
+
 /// A batch of ids matched by a statement of fixed shape (see `BatchPaths::id_in_text_list`).
 const ID_IN_TEXT_LIST: &str = "= ANY(string_to_array(?, ',')::uuid[])";
 
@@ -183,6 +190,34 @@ async fn complete_many(
     Ok((executions.unsigned_abs(), attempts.unsigned_abs()))
 }
 
+/// Runs [`INSERT_ONE`] on its own: the stored row, or `None` when its key was taken.
+async fn insert_one(
+    pool: &sqlx::Pool<sqlx::Postgres>,
+    sql: &str,
+    row: &ExecutionRow,
+    delay_us: i64,
+    notify: Option<&str>,
+) -> Result<Option<ExecutionRow>, sqlx::Error> {
+    use sqlx::types::Json;
+    let stored = sqlx::query(sql)
+        .bind(notify)
+        .bind(row.id)
+        .bind(row.namespace.as_str())
+        .bind(row.task_name.as_str())
+        .bind(Json(&row.payload))
+        .bind(Json(&row.metadata))
+        .bind(row.idempotency_key.as_deref())
+        .bind(row.submission_digest.as_deref())
+        .bind(delay_us)
+        .bind(row.expires_at)
+        .fetch_optional(pool)
+        .await?;
+    stored
+        .as_ref()
+        .map(crate::decode::execution::<Postgres>)
+        .transpose()
+}
+
 /// Runs [`INSERT_MANY`]: one typed array per column, bound in binary.
 async fn insert_many(
     tx: &mut Transaction<'static, sqlx::Postgres>,
@@ -227,6 +262,10 @@ const BATCH_PATHS: BatchPaths<Postgres> = BatchPaths {
     id_in_text_list: ID_IN_TEXT_LIST,
     complete_many: COMPLETE_MANY,
     lock_leases: LOCK_LEASES,
+    insert_one: INSERT_ONE,
+    run_insert_one: |pool, sql, row, delay_us, notify| {
+        Box::pin(insert_one(pool, sql, row, delay_us, notify))
+    },
     run_insert_many: |tx, sql, rows| Box::pin(insert_many(tx, sql, rows)),
     run_complete_many: |tx, sql, now, writes| Box::pin(complete_many(tx, sql, now, writes)),
 };

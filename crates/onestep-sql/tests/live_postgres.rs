@@ -345,3 +345,80 @@ async fn claims_do_not_wait_behind_a_row_locked_elsewhere() {
         (e.id, 2)
     );
 }
+
+/// A submit is one statement that commits by itself: its times are the database's, its delay
+/// and expiry are kept to the microsecond, what it returns is what is stored, a repeat of its
+/// key answers with the stored row (or a conflict), and a key whose row was deleted is free
+/// again.
+#[tokio::test]
+async fn a_submit_in_one_statement_stores_what_it_returns() {
+    use onestep_core::execution::{ExecutionError, ExecutionStatus};
+    let url = support::postgres_url();
+    let b = PostgresExecutionBackend::new(&url, live::fresh_options()).unwrap();
+    let expires = time::macros::datetime!(2100-01-02 03:04:05.123456789 UTC);
+    let request = |payload: serde_json::Value| {
+        ExecutionRequest::new(
+            "live",
+            "one",
+            payload,
+            SubmitOptions::default()
+                .idempotency_key("k")
+                .delay_secs(2.0000015)
+                .expires_at(expires),
+        )
+        .unwrap()
+    };
+    let pool = b.connector().pool().unwrap();
+    let before: time::OffsetDateTime = sqlx::query_scalar("SELECT CURRENT_TIMESTAMP")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    let submitted = b
+        .submit(request(serde_json::json!({"n": 1})))
+        .await
+        .unwrap();
+    let after: time::OffsetDateTime = sqlx::query_scalar("SELECT CURRENT_TIMESTAMP")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(submitted.status, ExecutionStatus::Queued);
+    assert!(
+        before <= submitted.created_at && submitted.created_at <= after,
+        "created {} outside the database's {before}..{after}",
+        submitted.created_at
+    );
+    assert_eq!(
+        submitted.available_at - submitted.created_at,
+        time::Duration::microseconds(2_000_001)
+    );
+    assert_eq!(
+        submitted.expires_at,
+        Some(time::macros::datetime!(2100-01-02 03:04:05.123456 UTC))
+    );
+    let stored = b.get("live", submitted.id).await.unwrap().unwrap();
+    assert_eq!(stored, submitted);
+
+    let repeated = b
+        .submit(request(serde_json::json!({"n": 1})))
+        .await
+        .unwrap();
+    assert_eq!(repeated, submitted);
+    let conflict = b.submit(request(serde_json::json!({"n": 2}))).await;
+    assert!(
+        matches!(conflict, Err(ExecutionError::Conflict(_))),
+        "{conflict:?}"
+    );
+
+    let executions = &b.tables().executions;
+    sqlx::query(&format!("DELETE FROM \"{executions}\" WHERE id = $1"))
+        .bind(submitted.id)
+        .execute(&pool)
+        .await
+        .unwrap();
+    let again = b
+        .submit(request(serde_json::json!({"n": 2})))
+        .await
+        .unwrap();
+    assert_ne!(again.id, submitted.id);
+    assert_eq!(b.get("live", again.id).await.unwrap().unwrap(), again);
+}

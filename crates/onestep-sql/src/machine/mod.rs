@@ -433,16 +433,25 @@ impl<D: Dialect> SqlExecutionBackend<D> {
         tx: &mut Tx<D>,
         operation: ConnectorOperation,
     ) -> ExecutionResult<OffsetDateTime> {
-        // Whole microseconds: what the columns keep, so a returned execution equals the stored one.
-        if let Some(clock) = &self.inner.options.clock {
-            return Ok(onestep_core::clock::whole_micros(onestep_core::clock::utc(
-                clock.now(),
-            )));
+        if self.inner.options.clock.is_some() {
+            return Ok(self.process_now());
         }
-        let db_now = D::database_now(tx).await.map_err(db::<D>(operation))?;
-        Ok(onestep_core::clock::whole_micros(onestep_core::clock::utc(
-            db_now.unwrap_or_else(OffsetDateTime::now_utc),
-        )))
+        match D::database_now(tx).await.map_err(db::<D>(operation))? {
+            Some(db_now) => Ok(onestep_core::clock::whole_micros(onestep_core::clock::utc(
+                db_now,
+            ))),
+            None => Ok(self.process_now()),
+        }
+    }
+
+    /// The process's time: the injected clock's, else the system's. Whole microseconds, what
+    /// the columns keep, so a returned execution equals the stored one.
+    fn process_now(&self) -> OffsetDateTime {
+        let now = match &self.inner.options.clock {
+            Some(clock) => clock.now(),
+            None => OffsetDateTime::now_utc(),
+        };
+        onestep_core::clock::whole_micros(onestep_core::clock::utc(now))
     }
 
     /// Commits when `out` is a success, rolls back otherwise. Every write path ends here, so a

@@ -21,6 +21,8 @@ pub(super) struct Statements {
     pub(super) claim_one_task_in_one_statement: Option<String>,
     /// The dialect's look-up of a batch of idempotency keys, if it has one.
     pub(super) rows_by_keys: Option<String>,
+    /// The dialect's one-statement submit, if it has one.
+    pub(super) insert_one: Option<String>,
     /// The dialect's fixed-shape insert of a batch of new executions, if it has one.
     pub(super) insert_many: Option<String>,
     /// The dialect's fixed-shape write of a batch of completions, if it has one.
@@ -58,6 +60,7 @@ impl Statements {
             claim_one_task_in_one_statement: D::BATCH_PATHS
                 .map(|b| r(&one_statement_claim(b.claim, "= ?"))),
             rows_by_keys: D::BATCH_PATHS.map(|b| r(b.rows_by_keys)),
+            insert_one: D::BATCH_PATHS.map(|b| r(b.insert_one)),
             insert_many: D::BATCH_PATHS.map(|b| r(b.insert_many)),
             complete_many: D::BATCH_PATHS.map(|b| r(b.complete_many)),
             lock_leases: D::BATCH_PATHS.map(|b| r(b.lock_leases)),

@@ -45,58 +45,156 @@ impl<D: Dialect> SqlExecutionBackend<D> {
 
     pub(super) async fn submit_one(&self, request: ExecutionRequest) -> ExecutionResult<Execution> {
         let encoded = encode_submission(&request, &self.inner.options.limits)?;
+        // An injected clock decides the row's times, so only the database's clock allows the
+        // statement that reads it itself.
+        if let (Some(sql), Some(paths), None) = (
+            &self.inner.statements.insert_one,
+            D::BATCH_PATHS,
+            &self.inner.options.clock,
+        ) {
+            return self
+                .submit_in_one_statement(&request, encoded, sql, paths.run_insert_one)
+                .await;
+        }
         let op = ConnectorOperation::Send;
-        let mut tx = self.begin(op).await?;
-        let now = self.now(&mut tx, op).await?;
-        let row = ExecutionRow::queued(&request, encoded, new_row_id(), now);
-        let inserted = D::execute(
-            &mut tx,
-            &self.inner.statements.insert,
-            Self::insert_params(&row),
-        )
-        .await;
+        let (row, inserted) = if D::INSERT_ON_ITS_OWN {
+            let row = ExecutionRow::queued(&request, encoded, new_row_id(), self.process_now());
+            let pool = self.pool().await?;
+            let params = Self::insert_params(&row);
+            let inserted =
+                D::execute_on_its_own(&pool, &self.inner.statements.insert, params).await;
+            (row, inserted.map(|_| ()))
+        } else {
+            let mut tx = self.begin(op).await?;
+            let now = self.now(&mut tx, op).await?;
+            let row = ExecutionRow::queued(&request, encoded, new_row_id(), now);
+            let params = Self::insert_params(&row);
+            let inserted = match D::execute(&mut tx, &self.inner.statements.insert, params).await {
+                Ok(_) => {
+                    let signalled = self.signal_work(&mut tx).await;
+                    Self::finish(tx, signalled, op).await?;
+                    Ok(())
+                }
+                Err(err) => {
+                    let _ = tx.rollback().await;
+                    Err(err)
+                }
+            };
+            (row, inserted)
+        };
         match inserted {
-            Ok(_) => {
-                let signalled = self.signal_work(&mut tx).await;
-                Self::finish(tx, signalled, op).await?;
+            Ok(()) => {
                 self.wake_local();
                 row.to_execution()
             }
             Err(err) => {
                 let unique = matches!(&err, sqlx::Error::Database(e) if e.is_unique_violation());
-                let _ = tx.rollback().await;
                 let Some(key) = request.idempotency_key.as_ref().filter(|_| unique) else {
                     return Err(db::<D>(op)(err));
                 };
-                let mut tx = self.begin(op).await?;
-                let existing = Self::one(
-                    &mut tx,
-                    &self.inner.statements.get_by_key,
-                    vec![
-                        request.namespace.clone().into(),
-                        request.task_name.clone().into(),
-                        key.clone().into(),
-                    ],
-                    op,
-                )
-                .await?;
-                Self::commit(tx, op).await?;
-                let Some(existing) = existing else {
-                    return Err(db::<D>(op)(err));
-                };
-                if existing.submission_digest != row.submission_digest {
-                    return Err(ExecutionError::Conflict(
-                        "idempotency key was already used with a different submission".into(),
-                    ));
+                match self.repeated_submit(&request, key, &row).await? {
+                    Some(existing) => Ok(existing),
+                    None => Err(db::<D>(op)(err)),
                 }
-                existing.to_execution()
             }
         }
+    }
+
+    /// Submits one request with the dialect's one-statement insert (`BatchPaths::insert_one`):
+    /// one round trip that reads the database's time, inserts, notifies and commits. A taken
+    /// key is answered from the stored row; if that row is gone by the time it is read (pruned
+    /// or deleted in between), the insert runs again.
+    async fn submit_in_one_statement(
+        &self,
+        request: &ExecutionRequest,
+        encoded: EncodedSubmission,
+        sql: &str,
+        insert_one: crate::dialect::InsertOne<D>,
+    ) -> ExecutionResult<Execution> {
+        const TRIES: usize = 3;
+        let op = ConnectorOperation::Send;
+        let pool = self.pool().await?;
+        // The statement sets the times from the database's clock; a row built at the epoch
+        // carries only the delay (whole microseconds, as the columns keep it).
+        let mut row =
+            ExecutionRow::queued(request, encoded, new_row_id(), OffsetDateTime::UNIX_EPOCH);
+        let delay_us = i64::try_from((row.available_at - row.created_at).whole_microseconds())
+            .unwrap_or(i64::MAX);
+        for _ in 0..TRIES {
+            let channel = self.notify_due().then_some(self.inner.channel.as_str());
+            let stored = insert_one(&pool, sql, &row, delay_us, channel)
+                .await
+                .map_err(db::<D>(op))?;
+            if let Some(stored) = stored {
+                self.wake_local();
+                return stored.to_execution();
+            }
+            if let Some(key) = &request.idempotency_key
+                && let Some(existing) = self.repeated_submit(request, key, &row).await?
+            {
+                return Ok(existing);
+            }
+            // The id was taken (a UUIDv7 collision), or the key's row was deleted since.
+            row.id = new_row_id();
+        }
+        Err(ExecutionError::Conflict(format!(
+            "submit of task {:?} in namespace {:?} found its idempotency key or id taken, \
+             and the row holding it gone, {TRIES} times in a row; submit again",
+            request.task_name, request.namespace
+        )))
+    }
+
+    /// The stored execution a repeated submit of `key` answers with: `None` when no row holds
+    /// the key (any more), a conflict when it was stored for a different submission.
+    async fn repeated_submit(
+        &self,
+        request: &ExecutionRequest,
+        key: &str,
+        row: &ExecutionRow,
+    ) -> ExecutionResult<Option<Execution>> {
+        let op = ConnectorOperation::Send;
+        let mut tx = self.begin(op).await?;
+        let existing = Self::one(
+            &mut tx,
+            &self.inner.statements.get_by_key,
+            vec![
+                request.namespace.clone().into(),
+                request.task_name.clone().into(),
+                key.to_string().into(),
+            ],
+            op,
+        )
+        .await?;
+        Self::commit(tx, op).await?;
+        let Some(existing) = existing else {
+            return Ok(None);
+        };
+        if existing.submission_digest != row.submission_digest {
+            return Err(ExecutionError::Conflict(
+                "idempotency key was already used with a different submission".into(),
+            ));
+        }
+        existing.to_execution().map(Some)
     }
 
     /// Wakes this process's idle workers; called after the commit that made work claimable.
     pub(super) fn wake_local(&self) {
         self.inner.work.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// Whether a submit now should notify other processes (at most every 5 ms per backend);
+    /// `true` also counts as the notification sent.
+    fn notify_due(&self) -> bool {
+        let mut last = self
+            .inner
+            .last_notify
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let due = last.is_none_or(|t| t.elapsed() >= Duration::from_millis(5));
+        if due {
+            *last = Some(std::time::Instant::now());
+        }
+        due
     }
 
     /// Wakes other processes' idle workers through NOTIFY (at most every 5 ms per backend,
@@ -105,19 +203,7 @@ impl<D: Dialect> SqlExecutionBackend<D> {
         let Some(notify) = D::notify_sql() else {
             return Ok(());
         };
-        let due = {
-            let mut last = self
-                .inner
-                .last_notify
-                .lock()
-                .unwrap_or_else(|p| p.into_inner());
-            let due = last.is_none_or(|t| t.elapsed() >= Duration::from_millis(5));
-            if due {
-                *last = Some(std::time::Instant::now());
-            }
-            due
-        };
-        if due {
+        if self.notify_due() {
             D::execute(tx, notify, vec![self.inner.channel.clone().into()])
                 .await
                 .map_err(db::<D>(ConnectorOperation::Send))?;

@@ -61,6 +61,17 @@ pub type InsertOne<D> = for<'a> fn(
     Option<&'a str>,
 ) -> BoxFuture<'a, Result<Option<ExecutionRow>, sqlx::Error>>;
 
+/// Runs [`BatchPaths::complete_running`] (rendered) on a connection of the pool, outside any
+/// transaction (the statement commits by itself), at the given time (`None`: the database's):
+/// the executions it completed, with their new values. A completion whose execution is not
+/// running under its lease any more is not written and not returned.
+pub type CompleteRunning<D> = for<'a> fn(
+    &'a sqlx::Pool<<D as Dialect>::Db>,
+    &'a str,
+    Option<OffsetDateTime>,
+    &'a [RunningCompletion<'a>],
+) -> BoxFuture<'a, Result<Vec<ExecutionRow>, sqlx::Error>>;
+
 /// Runs [`BatchPaths::complete_many`] (rendered) for completions the state machine accepted
 /// (their rows locked) at the given time; returns how many executions and attempts changed.
 pub type CompleteMany<D> = for<'a> fn(
@@ -127,6 +138,17 @@ pub struct BatchPaths<D: Dialect> {
     pub run_insert_many: InsertMany<D>,
     /// Runs `complete_many`.
     pub run_complete_many: CompleteMany<D>,
+    /// Completes a batch of executions that still run under the completions' leases in one
+    /// statement that commits by itself, without locking them first, run by
+    /// `run_complete_running`: an execution is written only if it is `running` under the
+    /// lease, the lease has not ended and the attempt runs under it, and its attempt is
+    /// finished in the same statement. The rest (a cancel requested, a lost or ended lease, a
+    /// repeated completion) are left for `lock_leases` and `complete_many`, which decide each
+    /// on its locked row. Parameters: the batch's time (NULL: the database's), then one array
+    /// per field of [`RunningCompletion`]. Returns all execution columns of each written row.
+    pub complete_running: &'static str,
+    /// Runs `complete_running`.
+    pub run_complete_running: CompleteRunning<D>,
 }
 
 /// One accepted completion of a batch, as [`BatchPaths::run_complete_many`] writes it: the execution's
@@ -150,6 +172,29 @@ pub struct CompletionWrite<'a> {
     pub available_at: OffsetDateTime,
     /// When it finished, or `None` for a retry.
     pub finished_at: Option<OffsetDateTime>,
+}
+
+/// One completion of a batch as [`BatchPaths::run_complete_running`] writes it, decided for an
+/// execution still running under its lease: written only if that is still so.
+#[derive(Debug, Clone, Copy)]
+pub struct RunningCompletion<'a> {
+    /// The execution.
+    pub execution_id: Uuid,
+    /// The attempt being finished.
+    pub attempt_id: Uuid,
+    /// The lease the execution and its attempt must still run under.
+    pub lease_token: Uuid,
+    /// The execution's new status.
+    pub status: &'a str,
+    /// The attempt's final status.
+    pub attempt_status: &'a str,
+    /// The stored result (a success), else `None`.
+    pub result: Option<&'a serde_json::Value>,
+    /// The stored error, else `None`; written to both rows.
+    pub error: Option<&'a serde_json::Value>,
+    /// A retry: claimable again this many microseconds after the batch's time (and not
+    /// finished). `None`: finished at the batch's time, `available_at` unchanged.
+    pub retry_after_us: Option<i64>,
 }
 
 /// What differs between PostgreSQL, MySQL and SQLite: how to lock, what "now" is, how values bind

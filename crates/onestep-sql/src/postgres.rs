@@ -16,7 +16,9 @@ use sqlx::{Row, Transaction};
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-use crate::dialect::{BatchPaths, CompletionWrite, Dialect, PoolSettings, classify_common};
+use crate::dialect::{
+    BatchPaths, CompletionWrite, Dialect, PoolSettings, RunningCompletion, classify_common,
+};
 use crate::dsn::Dsn;
 use crate::machine::{BackendOptions, SqlExecutionBackend};
 use crate::param::{Param, numbered_placeholders};
@@ -99,7 +101,11 @@ const INSERT_MANY: &str = "INSERT INTO {e} ({cols}) SELECT * FROM unnest(?::uuid
 /// same statement when a channel is given. `BEGIN`, `SELECT CURRENT_TIMESTAMP`, the insert and
 /// `COMMIT` were four round trips before the commit's flush; `pgbench` with one client here
 /// commits 1,360–1,440 such transactions a second and 2,500–2,970 single-statement ones.
-const INSERT_ONE: &str = "WITH t AS (SELECT CURRENT_TIMESTAMP AS now), n AS (SELECT pg_notify(c, '') FROM (SELECT ?::text AS c) x WHERE c IS NOT NULL) INSERT INTO {e} ({cols}) SELECT ?, ?, ?, 'queued', ?::jsonb, ?::jsonb, NULL, NULL, ?, ?, 0, t.now + ? * INTERVAL '1 microsecond', NULL, NULL, NULL, NULL, NULL, ?, t.now, t.now, NULL, NULL, 0 FROM t LEFT JOIN n ON true ON CONFLICT DO NOTHING RETURNING {cols}";
+const INSERT_ONE: &str = "WITH t AS (SELECT CURRENT_TIMESTAMP AS now), \
+n AS (SELECT pg_notify(c, '') FROM (SELECT ?::text AS c) x WHERE c IS NOT NULL) \
+INSERT INTO {e} ({cols}) SELECT ?, ?, ?, 'queued', ?::jsonb, ?::jsonb, NULL, NULL, ?, ?, 0, \
+t.now + ? * INTERVAL '1 microsecond', NULL, NULL, NULL, NULL, NULL, ?, t.now, t.now, NULL, NULL, 0 \
+FROM t LEFT JOIN n ON true ON CONFLICT DO NOTHING RETURNING {cols}";
 
 /// A batch of ids matched by a statement of fixed shape (see `BatchPaths::id_in_text_list`).
 const ID_IN_TEXT_LIST: &str = "= ANY(string_to_array(?, ',')::uuid[])";
@@ -123,6 +129,32 @@ FROM v WHERE x.id = v.id RETURNING 1), \
 ended AS (UPDATE {a} x SET status = v.attempt_status, error = v.error, finished_at = ? \
 FROM v WHERE x.id = v.attempt_id AND x.status = 'running' RETURNING 1) \
 SELECT (SELECT count(*) FROM done), (SELECT count(*) FROM ended)";
+
+/// Completes the executions of a batch that still run under their leases (see
+/// `BatchPaths::complete_running`) in one statement, committed by itself: the execution update
+/// is fenced by its own `WHERE` (status, lease token, lease end, the attempt running under the
+/// token), and the attempts update finishes the attempts of the executions it wrote. Where the
+/// locked path sends `BEGIN`, the lock, the write and `COMMIT`, this is one round trip, and it
+/// writes no row locks before the updates. Should the two counts ever differ, the final cast
+/// fails and the whole statement with it. Planned per call, like the batch lock.
+const COMPLETE_RUNNING: &str = "/* planned per call */ WITH \
+t AS (SELECT COALESCE(CAST(? AS TIMESTAMP WITH TIME ZONE), CURRENT_TIMESTAMP) AS now), \
+v AS (SELECT * FROM unnest(?::uuid[], ?::uuid[], ?::uuid[], ?::text[], ?::text[], ?::jsonb[], \
+?::jsonb[], ?::int8[]) AS v(v_id, v_attempt_id, v_token, v_status, v_attempt_status, v_result, \
+v_error, v_retry_us)), \
+done AS (UPDATE {e} x SET status = v.v_status, result = v.v_result, error = v.v_error, \
+available_at = COALESCE(t.now + v.v_retry_us * INTERVAL '1 microsecond', x.available_at), \
+finished_at = CASE WHEN v.v_retry_us IS NULL THEN t.now END, updated_at = t.now, \
+version = x.version + 1, lease_token = NULL, lease_expires_at = NULL, worker_id = NULL \
+FROM v, t WHERE x.id = v.v_id AND x.lease_token = v.v_token AND x.status = 'running' \
+AND x.lease_expires_at > t.now AND EXISTS (SELECT 1 FROM {a} r WHERE r.id = v.v_attempt_id \
+AND r.execution_id = x.id AND r.lease_token = v.v_token AND r.status = 'running') \
+RETURNING {cols}, v.v_attempt_id, v.v_attempt_status), \
+ended AS (UPDATE {a} r SET status = d.v_attempt_status, error = d.error, finished_at = t.now \
+FROM done d, t WHERE r.id = d.v_attempt_id AND r.status = 'running' RETURNING 1) \
+SELECT {cols}, CAST(CASE WHEN (SELECT count(*) FROM ended) = (SELECT count(*) FROM done) \
+THEN '0' ELSE 'a batched completion finished fewer attempts than executions' END AS int8) \
+FROM done";
 
 /// Locks the executions of a batch of leases and reads, in the same round trip, the
 /// transaction's time and whether each lease's attempt still runs (see `BatchPaths::lock_leases`):
@@ -218,6 +250,32 @@ async fn insert_one(
         .transpose()
 }
 
+/// Runs [`COMPLETE_RUNNING`]: one array per field; the rows it wrote.
+async fn complete_running(
+    pool: &sqlx::Pool<sqlx::Postgres>,
+    sql: &str,
+    now: Option<OffsetDateTime>,
+    items: &[RunningCompletion<'_>],
+) -> Result<Vec<ExecutionRow>, sqlx::Error> {
+    use sqlx::types::Json;
+    let rows = sqlx::query(sql)
+        .persistent(crate::param::is_stable(sql))
+        .bind(now)
+        .bind(column(items, |c| c.execution_id))
+        .bind(column(items, |c| c.attempt_id))
+        .bind(column(items, |c| c.lease_token))
+        .bind(column(items, |c| c.status))
+        .bind(column(items, |c| c.attempt_status))
+        .bind(column(items, |c| c.result.map(Json)))
+        .bind(column(items, |c| c.error.map(Json)))
+        .bind(column(items, |c| c.retry_after_us))
+        .fetch_all(pool)
+        .await?;
+    rows.iter()
+        .map(crate::decode::execution::<Postgres>)
+        .collect()
+}
+
 /// Runs [`INSERT_MANY`]: one typed array per column, bound in binary.
 async fn insert_many(
     tx: &mut Transaction<'static, sqlx::Postgres>,
@@ -268,6 +326,8 @@ const BATCH_PATHS: BatchPaths<Postgres> = BatchPaths {
     },
     run_insert_many: |tx, sql, rows| Box::pin(insert_many(tx, sql, rows)),
     run_complete_many: |tx, sql, now, writes| Box::pin(complete_many(tx, sql, now, writes)),
+    complete_running: COMPLETE_RUNNING,
+    run_complete_running: |pool, sql, now, items| Box::pin(complete_running(pool, sql, now, items)),
 };
 
 #[async_trait]

@@ -3,6 +3,42 @@
 
 use super::lease::LockedBatch;
 use super::*;
+use crate::dialect::RunningCompletion;
+
+/// The longest retry delay the one-statement completion adds to its time (a century, in
+/// microseconds); longer ones take the locked path.
+const MAX_RETRY_DELAY_US: i64 = 100 * 366 * 24 * 3600 * 1_000_000;
+
+/// A row running under a lease that ends after the epoch: what a completion is decided against
+/// before the one-statement completion checks, row by row, that the execution is so.
+fn running_at_epoch() -> ExecutionRow {
+    let epoch = OffsetDateTime::UNIX_EPOCH;
+    ExecutionRow {
+        id: Uuid::nil(),
+        namespace: String::new(),
+        task_name: String::new(),
+        status: ExecutionStatus::Running,
+        payload: Value::Null,
+        metadata: Value::Null,
+        result: None,
+        error: None,
+        idempotency_key: None,
+        submission_digest: None,
+        attempts: 1,
+        available_at: epoch,
+        lease_token: None,
+        lease_expires_at: Some(epoch + time::Duration::DAY),
+        worker_id: None,
+        cancel_reason: None,
+        cancel_requested_at: None,
+        expires_at: None,
+        created_at: epoch,
+        updated_at: epoch,
+        started_at: Some(epoch),
+        finished_at: None,
+        version: 1,
+    }
+}
 
 impl<D: Dialect> SqlExecutionBackend<D> {
     pub(super) async fn complete_once(
@@ -114,10 +150,124 @@ impl<D: Dialect> SqlExecutionBackend<D> {
         (format!("{prefix}{}", D::render(&statement)), params)
     }
 
+    /// Completes distinct executions. Where the dialect has `BatchPaths::complete_running`, the
+    /// ones still running under their leases (nearly all, in a drain) are written first by one
+    /// statement that fences each row in its own `WHERE`; what it did not write (a cancel
+    /// requested, a lost or ended lease, a repeated completion, a missing row) goes to
+    /// [`Self::complete_locked`], which decides each on its locked row. Either way each answer
+    /// is what [`complete`](LeasedExecutionBackend::complete) would give.
+    pub(super) async fn complete_batch(
+        &self,
+        completions: &[(Uuid, Uuid, Uuid, ExecutionCompletion)],
+    ) -> ExecutionResult<Vec<ExecutionResult<Execution>>> {
+        let (Some(sql), Some(paths)) = (&self.inner.statements.complete_running, D::BATCH_PATHS)
+        else {
+            return self.complete_locked(completions).await;
+        };
+        let limits = &self.inner.options.limits;
+        let mut results: Vec<Option<ExecutionResult<Execution>>> =
+            completions.iter().map(|_| None).collect();
+        // Each completion decided as if its execution still runs under its lease; the time is
+        // the statement's, so the decision is made at the epoch and only the retry delay is
+        // kept from its times.
+        let mut presumed = running_at_epoch();
+        let mut changes: Vec<(usize, RowChange, Option<i64>)> =
+            Vec::with_capacity(completions.len());
+        for (index, (_, _, token, completion)) in completions.iter().enumerate() {
+            presumed.lease_token = Some(*token);
+            let decided = completion.clone().validate().and_then(|completion| {
+                decide_completion(
+                    &presumed,
+                    *token,
+                    &completion,
+                    OffsetDateTime::UNIX_EPOCH,
+                    limits,
+                )
+            });
+            match decided {
+                Ok(CompletionDecision::Write(change)) => {
+                    let retry_after_us = match change.finished_at {
+                        Some(_) => None,
+                        None => {
+                            let us = (change.available_at - OffsetDateTime::UNIX_EPOCH)
+                                .whole_microseconds();
+                            // A delay past a century is left to the locked path, which adds it
+                            // to the real time (and saturates where that overflows).
+                            match i64::try_from(us) {
+                                Ok(us) if us <= MAX_RETRY_DELAY_US => Some(us),
+                                _ => continue,
+                            }
+                        }
+                    };
+                    changes.push((index, change, retry_after_us));
+                }
+                // Not reached for a running row; the locked path decides it.
+                Ok(CompletionDecision::Replay) => {}
+                Err(err) => results[index] = Some(Err(err)),
+            }
+        }
+        // In id order, so concurrent batches over the same rows (a heartbeat's, a reclaim's)
+        // take their row locks in one order.
+        changes.sort_by_key(|(index, ..)| completions[*index].0);
+        let items: Vec<RunningCompletion<'_>> = changes
+            .iter()
+            .map(|(index, change, retry_after_us)| {
+                let (execution_id, attempt_id, lease_token, _) = &completions[*index];
+                RunningCompletion {
+                    execution_id: *execution_id,
+                    attempt_id: *attempt_id,
+                    lease_token: *lease_token,
+                    status: change.status.as_str(),
+                    attempt_status: change.attempt_status.as_str(),
+                    result: change.result.as_ref(),
+                    error: change.error.as_ref(),
+                    retry_after_us: *retry_after_us,
+                }
+            })
+            .collect();
+        if !items.is_empty() {
+            let op = ConnectorOperation::Ack;
+            let pool = self.pool().await?;
+            let now = self
+                .inner
+                .options
+                .clock
+                .as_ref()
+                .map(|_| self.process_now());
+            let written = (paths.run_complete_running)(&pool, sql, now, &items)
+                .await
+                .map_err(db::<D>(op))?;
+            let mut written: std::collections::HashMap<Uuid, ExecutionRow> =
+                written.into_iter().map(|row| (row.id, row)).collect();
+            for (index, ..) in &changes {
+                if let Some(row) = written.remove(&completions[*index].0) {
+                    results[*index] = Some(row.to_execution());
+                }
+            }
+        }
+        let rest: Vec<usize> = (0..completions.len())
+            .filter(|i| results[*i].is_none())
+            .collect();
+        if !rest.is_empty() {
+            let locked: Vec<_> = rest.iter().map(|i| completions[*i].clone()).collect();
+            for (index, result) in rest.into_iter().zip(self.complete_locked(&locked).await?) {
+                results[index] = Some(result);
+            }
+        }
+        results
+            .into_iter()
+            .map(|r| {
+                r.ok_or_else(|| {
+                    ExecutionError::Backend("batched completion lost track of a row".into())
+                })
+            })
+            .collect()
+    }
+
     /// Completes distinct executions in one transaction: lock them all (in id order), decide each
     /// with the same rules as [`complete`](LeasedExecutionBackend::complete), write the accepted
     /// ones with one UPDATE per table, commit once.
-    pub(super) async fn complete_batch(
+    pub(super) async fn complete_locked(
         &self,
         completions: &[(Uuid, Uuid, Uuid, ExecutionCompletion)],
     ) -> ExecutionResult<Vec<ExecutionResult<Execution>>> {

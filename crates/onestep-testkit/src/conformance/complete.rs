@@ -532,3 +532,70 @@ pub async fn complete_many_fences_each_completion_on_its_own<F: BackendFactory>(
     .unwrap();
     assert_eq!(again.version, 2, "the batch wrote exactly once");
 }
+
+/// A batch mixing live leases with a cancel request and an ended lease answers each as a
+/// single completion would: the live ones are written, the success after a cancel request
+/// ends cancelled, the ended lease is lost and its execution untouched.
+pub async fn complete_many_decides_cancels_and_ended_leases_on_their_own<F: BackendFactory>(f: &F) {
+    let (b, setup) = backend(f).await;
+    for n in 0..4 {
+        submit(&b, "mixed", json!(n)).await;
+    }
+    let ending = claim_one(&b, "mixed", 1.0).await;
+    let leases = claim(&b, "mixed", 3, 30.0).await;
+    assert_eq!(leases.len(), 3);
+    let (live, cancelled, retried) = (&leases[0], &leases[1], &leases[2]);
+    b.request_cancel(NS, cancelled.execution.id, Some("stop"))
+        .await
+        .unwrap();
+    setup.clock.advance(secs(2.0));
+    let item = |l: &onestep_core::execution::ExecutionLease, c| {
+        (l.execution.id, l.attempt_id, l.lease_token, c)
+    };
+    let success = || ExecutionCompletion::Succeeded {
+        result: json!("ok"),
+    };
+    let results = b
+        .complete_many(vec![
+            item(live, success()),
+            item(cancelled, success()),
+            item(&ending, success()),
+            item(
+                retried,
+                ExecutionCompletion::Retrying {
+                    error: Some(detail("error", "E")),
+                    delay_s: Some(5.0),
+                },
+            ),
+        ])
+        .await
+        .unwrap();
+    let done = results[0].as_ref().unwrap();
+    assert_eq!(
+        (done.status, done.result.clone(), done.finished_at),
+        (
+            ExecutionStatus::Succeeded,
+            Some(json!("ok")),
+            Some(setup.clock.now())
+        )
+    );
+    let stopped = results[1].as_ref().unwrap();
+    assert_eq!(
+        (stopped.status, stopped.result.clone()),
+        (ExecutionStatus::Cancelled, None)
+    );
+    assert!(results[2].as_ref().unwrap_err().is_lease_lost());
+    let again = results[3].as_ref().unwrap();
+    assert_eq!(
+        (again.status, again.available_at, again.finished_at),
+        (ExecutionStatus::Retrying, after(&setup, 5.0), None)
+    );
+    for result in results.iter().flatten() {
+        assert_eq!(&b.get(NS, result.id).await.unwrap().unwrap(), result);
+    }
+    let untouched = b.get(NS, ending.execution.id).await.unwrap().unwrap();
+    assert_eq!(
+        (untouched.status, untouched.result),
+        (ExecutionStatus::Running, None)
+    );
+}

@@ -253,22 +253,47 @@ impl<D: Dialect> LeasedExecutionBackend for SqlExecutionBackend<D> {
             // One completion, or the same execution twice: complete them one by one, in order.
             return Ok(complete_each(self, completions).await);
         }
-        match retry_transient(|| self.complete_batch(&completions)).await {
-            Ok(out) => {
-                if out.iter().any(|r| {
-                    r.as_ref()
-                        .is_ok_and(|e| e.status == ExecutionStatus::Retrying)
-                }) {
-                    self.wake_local();
-                }
-                Ok(out)
-            }
+        // The executions still running under their leases first, in one statement; each part
+        // is retried, or completed one by one, on its own, so a part that committed is never
+        // run again (a retry completion run twice would answer a lost lease).
+        let mut answers = match retry_transient(|| self.complete_running(&completions)).await {
+            Ok(Some(answers)) => answers,
+            Ok(None) => completions.iter().map(|_| None).collect(),
             Err(err) => {
-                // The batch failed as a whole: each completion gets its own answer.
                 tracing::debug!(error = %err, "batched completion failed; completing one by one");
-                Ok(complete_each(self, completions).await)
+                return Ok(self.woken_by(complete_each(self, completions).await));
             }
+        };
+        let rest: Vec<usize> = (0..answers.len())
+            .filter(|i| answers[*i].is_none())
+            .collect();
+        let locked: Vec<_> = rest.iter().map(|i| completions[*i].clone()).collect();
+        let decided = match locked.len() {
+            0 => Vec::new(),
+            1 => complete_each(self, locked).await,
+            _ => match retry_transient(|| self.complete_locked(&locked)).await {
+                Ok(decided) => decided,
+                Err(err) => {
+                    // The locked part failed as a whole: each of its completions gets its own answer.
+                    tracing::debug!(error = %err, "batched completion failed; completing one by one");
+                    complete_each(self, locked).await
+                }
+            },
+        };
+        for (index, answer) in rest.into_iter().zip(decided) {
+            answers[index] = Some(answer);
         }
+        let answers = answers
+            .into_iter()
+            .map(|answer| {
+                answer.unwrap_or_else(|| {
+                    Err(ExecutionError::Backend(
+                        "batched completion lost track of a completion".into(),
+                    ))
+                })
+            })
+            .collect();
+        Ok(self.woken_by(answers))
     }
 
     async fn release(

@@ -150,19 +150,35 @@ impl<D: Dialect> SqlExecutionBackend<D> {
         (format!("{prefix}{}", D::render(&statement)), params)
     }
 
-    /// Completes distinct executions. Where the dialect has `BatchPaths::complete_running`, the
-    /// ones still running under their leases (nearly all, in a drain) are written first by one
-    /// statement that fences each row in its own `WHERE`; what it did not write (a cancel
-    /// requested, a lost or ended lease, a repeated completion, a missing row) goes to
-    /// [`Self::complete_locked`], which decides each on its locked row. Either way each answer
-    /// is what [`complete`](LeasedExecutionBackend::complete) would give.
-    pub(super) async fn complete_batch(
+    /// Wakes this process's idle workers when a completion made its execution claimable again
+    /// (a retry); returns `answers`.
+    pub(super) fn woken_by(
+        &self,
+        answers: Vec<ExecutionResult<Execution>>,
+    ) -> Vec<ExecutionResult<Execution>> {
+        if answers.iter().any(|r| {
+            r.as_ref()
+                .is_ok_and(|e| e.status == ExecutionStatus::Retrying)
+        }) {
+            self.wake_local();
+        }
+        answers
+    }
+
+    /// Completes the distinct executions that still run under their leases (nearly all, in a
+    /// drain) with the dialect's one statement (`BatchPaths::complete_running`), which fences
+    /// each row in its own `WHERE` and commits by itself. Answers each completion it wrote, and
+    /// each that fails on its own (an invalid completion, a result too large); `None` for the
+    /// rest (a cancel requested, a lost or ended lease, a repeated completion, a missing row),
+    /// which [`Self::complete_locked`] decides on their locked rows. `Ok(None)`: the dialect has
+    /// no such statement.
+    pub(super) async fn complete_running(
         &self,
         completions: &[(Uuid, Uuid, Uuid, ExecutionCompletion)],
-    ) -> ExecutionResult<Vec<ExecutionResult<Execution>>> {
+    ) -> ExecutionResult<Option<Vec<Option<ExecutionResult<Execution>>>>> {
         let (Some(sql), Some(paths)) = (&self.inner.statements.complete_running, D::BATCH_PATHS)
         else {
-            return self.complete_locked(completions).await;
+            return Ok(None);
         };
         let limits = &self.inner.options.limits;
         let mut results: Vec<Option<ExecutionResult<Execution>>> =
@@ -245,23 +261,7 @@ impl<D: Dialect> SqlExecutionBackend<D> {
                 }
             }
         }
-        let rest: Vec<usize> = (0..completions.len())
-            .filter(|i| results[*i].is_none())
-            .collect();
-        if !rest.is_empty() {
-            let locked: Vec<_> = rest.iter().map(|i| completions[*i].clone()).collect();
-            for (index, result) in rest.into_iter().zip(self.complete_locked(&locked).await?) {
-                results[index] = Some(result);
-            }
-        }
-        results
-            .into_iter()
-            .map(|r| {
-                r.ok_or_else(|| {
-                    ExecutionError::Backend("batched completion lost track of a row".into())
-                })
-            })
-            .collect()
+        Ok(Some(results))
     }
 
     /// Completes distinct executions in one transaction: lock them all (in id order), decide each

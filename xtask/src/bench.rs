@@ -5,10 +5,11 @@
 //! `submit_many` in chunks of 1,000) and drains them with one worker process; then offers
 //! `--steady-rate` submits per second for `--steady-seconds` to an idle worker, for pickup latency;
 //! then submits `--n` executions over HTTP to `onestep serve` (PostgreSQL and SQLite) from 32
-//! keep-alive connections (the `http_submit` example of onestep-http). On PostgreSQL it first
-//! drains `--n` executions as bare SQL with no runtime (the `ceiling` example: per batch of 100,
-//! one claim statement and one completion statement, on two connections), the schema's
-//! two-statement ceiling that our drains are compared with (issue 21). With `--peers` it
+//! keep-alive connections (the `http_submit` example of onestep-http). On PostgreSQL and MariaDB
+//! it first drains `--n` executions as bare SQL with no runtime (the `ceiling` and
+//! `ceiling_mysql` examples: per batch of 100, a claim transaction and a completion transaction,
+//! on two connections), the schema's ceiling that our drains on that server are compared with
+//! (issue 21). With `--peers` it
 //! runs the peer workloads of `bench/peers/run.sh` in the same session, against the same servers:
 //! the Python reference (`onestep` 1.15.0 + `onestep-sql` 0.7.1) on PostgreSQL and MariaDB, and
 //! graphile-worker on PostgreSQL (default settings and batched settings).
@@ -131,6 +132,8 @@ pub fn run(server_options: Options, options: &BenchOptions) -> Result<()> {
             "--example",
             "ceiling",
             "--example",
+            "ceiling_mysql",
+            "--example",
             "http_submit",
             "--example",
             "source_drain",
@@ -215,9 +218,20 @@ fn run_all(
         .with_context(|| format!("could not create {}", sqlite_dir.display()))?;
 
     let mut lines = Vec::new();
-    // The schema's two-statement ceiling on PostgreSQL, in the same session as our drains.
-    let ceiling = crate::target_dir().join("release/examples/ceiling");
-    lines.push(ceiling::run(&ceiling, &postgres, options.n)?);
+    // The schema's bare-SQL ceilings, in the same session as our drains.
+    let examples = crate::target_dir().join("release/examples");
+    lines.push(ceiling::run(
+        &examples.join("ceiling"),
+        &postgres,
+        "postgres",
+        options.n,
+    )?);
+    lines.push(ceiling::run(
+        &examples.join("ceiling_mysql"),
+        &mariadb,
+        "mariadb",
+        options.n,
+    )?);
     // (submit batch, steady rate): two burn-downs, then the steady-state run.
     let mut modes = vec![
         (0usize, 0usize, 0usize),
@@ -633,7 +647,7 @@ mod tests {
     }
 
     #[test]
-    fn summary_lists_the_ceiling_and_our_postgres_drains_against_it() {
+    fn summary_lists_the_ceilings_and_our_drains_against_the_one_of_their_server() {
         let ceiling = serde_json::json!({"system": ceiling::SYSTEM, "server": "postgres",
             "submit_batch": 1000, "n": 20000, "submit_per_s": 20000.0, "drain_per_s": 12000.0});
         let ours = serde_json::json!({"system": "onestep (Rust)", "server": "postgres",
@@ -651,7 +665,19 @@ mod tests {
             "pickup_ms": {"p50": 9000.0}});
         let table_queue = serde_json::json!({"system": "onestep (Python reference)",
             "server": "sqlite", "workload": "table_queue", "drain_per_s": 600.0});
+        let maria_ceiling = serde_json::json!({"system": ceiling::SYSTEM, "server": "mariadb",
+            "submit_batch": 1000, "n": 20000, "submit_per_s": 20000.0, "drain_per_s": 10000.0});
+        let maria_batched = serde_json::json!({"system": "onestep (Rust)", "server": "mariadb",
+            "submit_batch": 1000, "n": 20000, "submit_per_s": 20000.0, "drain_per_s": 5500.0,
+            "pickup_ms": {"p50": 900.0}});
         let table = summary(&[ceiling, ours, mariadb, four, sqlite, table_queue]);
+        let with_maria_ceiling = summary(&[maria_ceiling, maria_batched]);
+        assert!(
+            with_maria_ceiling.contains(
+                "| onestep (Rust) | mariadb | submit_many(1000) | 20000 | 20000 | 5500 | 900 | – | – | 0.55× |"
+            ),
+            "{with_maria_ceiling}"
+        );
         assert!(
             table.contains(
                 "| onestep (Rust) | sqlite | one by one | 20000 | 700 | 6000 | 9000 | – | – | – |"

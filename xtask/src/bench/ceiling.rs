@@ -1,7 +1,9 @@
-//! The two-statement ceiling (issue 21) beside our PostgreSQL drain: the `ceiling` example of
-//! onestep-sql drains the same burn-down as bare SQL (per batch, one claim statement and one
-//! completion statement, a plain loop on each of two connections, no runtime), so the summary
-//! can say what fraction of the schema's ceiling our worker reaches in the same session.
+//! The bare-SQL ceilings (issue 21) beside our drains: the `ceiling` example of onestep-sql
+//! drains the same burn-down as bare SQL on PostgreSQL (per batch, one claim statement and one
+//! completion statement, a plain loop on each of two connections, no runtime), and
+//! `ceiling_mysql` does the same on MariaDB with statements of one shape (`JSON_TABLE` over the
+//! batch), so the summary can say what fraction of the schema's ceiling our worker reaches on
+//! each server in the same session.
 
 use std::path::Path;
 use std::process::Command;
@@ -18,18 +20,18 @@ pub const CONNECTIONS: usize = 2;
 /// Executions claimed (and completed) per statement.
 pub const BATCH: usize = 100;
 
-/// Runs the ceiling example (`binary`) over `n` executions on the PostgreSQL server at `dsn`;
-/// one JSON object with `system`, `server` and `drain_per_s`.
-pub fn run(binary: &Path, dsn: &str, n: usize) -> Result<Value> {
+/// Runs a ceiling example (`binary`) over `n` executions on the server at `dsn`, labelled
+/// `server` (`postgres`, `mariadb`); one JSON object with `system`, `server` and `drain_per_s`.
+pub fn run(binary: &Path, dsn: &str, server: &str, n: usize) -> Result<Value> {
     let mut cmd = Command::new(binary);
     cmd.args(["--dsn", dsn, "--n", &n.to_string()])
         .args(["--connections", &CONNECTIONS.to_string()])
         .args(["--batch", &BATCH.to_string()]);
     super::labeled_run(
         cmd,
-        "the bare SQL ceiling on postgres",
+        &format!("the bare SQL ceiling on {server}"),
         SYSTEM,
-        "postgres",
+        server,
         &[],
     )
 }

@@ -168,8 +168,8 @@ impl<D: Dialect> SqlExecutionBackend<D> {
     /// Completes the distinct executions that still run under their leases (nearly all, in a
     /// drain) with the dialect's one statement (`BatchPaths::complete_running`), which fences
     /// each row in its own `WHERE` and commits by itself. Answers each completion it wrote, and
-    /// each that fails on its own (an invalid completion, a result too large); `None` for the
-    /// rest (a cancel requested, a lost or ended lease, a repeated completion, a missing row),
+    /// each that is invalid whatever its row holds; `None` for the rest (a cancel requested, a
+    /// lost or ended lease, a repeated completion, a missing row, a result it cannot store),
     /// which [`Self::complete_locked`] decides on their locked rows. `Ok(None)`: the dialect has
     /// no such statement.
     pub(super) async fn complete_running(
@@ -191,15 +191,23 @@ impl<D: Dialect> SqlExecutionBackend<D> {
             Vec::with_capacity(completions.len());
         for (index, (_, _, token, completion)) in completions.iter().enumerate() {
             presumed.lease_token = Some(*token);
-            let decided = completion.clone().validate().and_then(|completion| {
-                decide_completion(
-                    &presumed,
-                    *token,
-                    &completion,
-                    OffsetDateTime::UNIX_EPOCH,
-                    limits,
-                )
-            });
+            // An invalid completion fails whatever the row holds; what the decision itself
+            // refuses may depend on the row (a result too large to store is no error when a
+            // cancel request wins over the success), so the locked path decides those.
+            let completion = match completion.clone().validate() {
+                Ok(completion) => completion,
+                Err(err) => {
+                    results[index] = Some(Err(err));
+                    continue;
+                }
+            };
+            let decided = decide_completion(
+                &presumed,
+                *token,
+                &completion,
+                OffsetDateTime::UNIX_EPOCH,
+                limits,
+            );
             match decided {
                 Ok(CompletionDecision::Write(change)) => {
                     let retry_after_us = match change.finished_at {
@@ -217,13 +225,14 @@ impl<D: Dialect> SqlExecutionBackend<D> {
                     };
                     changes.push((index, change, retry_after_us));
                 }
-                // Not reached for a running row; the locked path decides it.
-                Ok(CompletionDecision::Replay) => {}
-                Err(err) => results[index] = Some(Err(err)),
+                // A replay is not reached for a running row; the locked path decides both.
+                Ok(CompletionDecision::Replay) | Err(_) => {}
             }
         }
-        // In id order, so concurrent batches over the same rows (a heartbeat's, a reclaim's)
-        // take their row locks in one order.
+        // In id order, the order batched heartbeats lock in. The plan decides the order in which
+        // the `UPDATE` takes its row locks, so this makes a deadlock with a concurrent heartbeat
+        // batch over the same rows unlikely, not impossible; one rolls the statement back as a
+        // transient error, and `complete_many` runs it again.
         changes.sort_by_key(|(index, ..)| completions[*index].0);
         let items: Vec<RunningCompletion<'_>> = changes
             .iter()

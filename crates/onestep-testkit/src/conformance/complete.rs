@@ -599,3 +599,58 @@ pub async fn complete_many_decides_cancels_and_ended_leases_on_their_own<F: Back
         (ExecutionStatus::Running, None)
     );
 }
+
+/// In a batch, a success whose result cannot be stored still loses to a cancel request (the
+/// execution ends cancelled, as a single completion would end it), and is refused as too large
+/// where its lease still runs.
+pub async fn complete_many_lets_a_cancel_win_over_an_unstorable_result<F: BackendFactory>(f: &F) {
+    let limits = ExecutionLimits {
+        max_result_bytes: 32,
+        ..ExecutionLimits::default()
+    };
+    let (b, _) = backend_with(
+        f,
+        Setup {
+            limits,
+            ..Setup::default()
+        },
+    )
+    .await;
+    for n in 0..2 {
+        submit(&b, "big", json!(n)).await;
+    }
+    let leases = claim(&b, "big", 2, 30.0).await;
+    assert_eq!(leases.len(), 2);
+    b.request_cancel(NS, leases[0].execution.id, Some("stop"))
+        .await
+        .unwrap();
+    let big = || ExecutionCompletion::Succeeded {
+        result: json!("z".repeat(64)),
+    };
+    let results = b
+        .complete_many(
+            leases
+                .iter()
+                .map(|l| (l.execution.id, l.attempt_id, l.lease_token, big()))
+                .collect(),
+        )
+        .await
+        .unwrap();
+    let cancelled = results[0].as_ref().unwrap();
+    assert_eq!(
+        (cancelled.status, cancelled.result.clone()),
+        (ExecutionStatus::Cancelled, None)
+    );
+    assert_eq!(
+        results[1].as_ref().unwrap_err().to_string(),
+        "execution result exceeds the configured limit"
+    );
+    assert_eq!(
+        b.get(NS, leases[1].execution.id)
+            .await
+            .unwrap()
+            .unwrap()
+            .status,
+        ExecutionStatus::Running
+    );
+}

@@ -4,8 +4,8 @@
 use onestep_core::clock::Clock;
 use onestep_core::execution::stored::MAX_STORED_DEPTH;
 use onestep_core::execution::{
-    ExecutionBackend, ExecutionClient, ExecutionCompletion, ExecutionError, ExecutionLimits,
-    ExecutionStatus, LeasedExecutionBackend,
+    ExecutionBackend, ExecutionClient, ExecutionCompletion, ExecutionError, ExecutionStatus,
+    LeasedExecutionBackend,
 };
 use serde_json::{Value, json};
 
@@ -268,18 +268,7 @@ pub async fn stale_lease_cannot_complete_success_failure_or_retry<F: BackendFact
 pub async fn oversized_or_unencodable_results_are_rejected_without_writing<F: BackendFactory>(
     f: &F,
 ) {
-    let limits = ExecutionLimits {
-        max_result_bytes: 32,
-        ..ExecutionLimits::default()
-    };
-    let (b, _) = backend_with(
-        f,
-        Setup {
-            limits,
-            ..Setup::default()
-        },
-    )
-    .await;
+    let (b, _) = backend_with_result_limit(f, 32).await;
     let e = submit(&b, "t", json!(1)).await;
     let lease = claim_one(&b, "t", 30.0).await;
     let big = json!("z".repeat(64));
@@ -604,18 +593,7 @@ pub async fn complete_many_decides_cancels_and_ended_leases_on_their_own<F: Back
 /// execution ends cancelled, as a single completion would end it), and is refused as too large
 /// where its lease still runs.
 pub async fn complete_many_lets_a_cancel_win_over_an_unstorable_result<F: BackendFactory>(f: &F) {
-    let limits = ExecutionLimits {
-        max_result_bytes: 32,
-        ..ExecutionLimits::default()
-    };
-    let (b, _) = backend_with(
-        f,
-        Setup {
-            limits,
-            ..Setup::default()
-        },
-    )
-    .await;
+    let (b, _) = backend_with_result_limit(f, 32).await;
     for n in 0..2 {
         submit(&b, "big", json!(n)).await;
     }

@@ -21,8 +21,8 @@ pub use worker::*;
 use std::time::Duration;
 
 use onestep_core::execution::{
-    ExecutionBackend, ExecutionCompletion, ExecutionErrorDetail, ExecutionLease, ExecutionQuery,
-    ExecutionRequest, ExecutionStatus, LeasedExecutionBackend, SubmitOptions,
+    ExecutionBackend, ExecutionCompletion, ExecutionErrorDetail, ExecutionLease, ExecutionLimits,
+    ExecutionQuery, ExecutionRequest, ExecutionStatus, LeasedExecutionBackend, SubmitOptions,
 };
 use serde_json::Value;
 
@@ -38,6 +38,25 @@ async fn backend<F: BackendFactory>(f: &F) -> (F::Backend, Setup) {
 
 async fn backend_with<F: BackendFactory>(f: &F, setup: Setup) -> (F::Backend, Setup) {
     (f.create(&setup).await, setup)
+}
+
+/// A backend that stores results of at most `max_result_bytes` (the other limits default).
+async fn backend_with_result_limit<F: BackendFactory>(
+    f: &F,
+    max_result_bytes: usize,
+) -> (F::Backend, Setup) {
+    let limits = ExecutionLimits {
+        max_result_bytes,
+        ..ExecutionLimits::default()
+    };
+    backend_with(
+        f,
+        Setup {
+            limits,
+            ..Setup::default()
+        },
+    )
+    .await
 }
 
 fn request(task: &str, payload: Value, options: SubmitOptions) -> ExecutionRequest {

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use onestep_core::execution::stored::MAX_STORED_DEPTH;
 use onestep_core::execution::{
-    Execution, ExecutionBackend, ExecutionClient, ExecutionLimits, ExecutionSource,
-    ExecutionSourceOptions, ExecutionStatus, LeasedExecutionBackend, SubmitOptions,
+    Execution, ExecutionBackend, ExecutionClient, ExecutionSource, ExecutionSourceOptions,
+    ExecutionStatus, LeasedExecutionBackend, SubmitOptions,
 };
 use onestep_core::{
     ExponentialBackoff, Jitter, MaxAttempts, MemoryQueue, OneStepApp, Sink, Source, Task,
@@ -351,18 +351,7 @@ pub async fn worker_shutdown_mid_handler_leaves_retrying_for_another_worker<F: B
 /// A result that cannot be stored fails every attempt at stage `result_validation` before any
 /// sink runs; a storable result is emitted once and stored.
 pub async fn worker_result_preflight_prevents_emit_on_every_attempt<F: BackendFactory>(f: &F) {
-    let limits = ExecutionLimits {
-        max_result_bytes: 64,
-        ..ExecutionLimits::default()
-    };
-    let (b, _) = backend_with(
-        f,
-        Setup {
-            limits,
-            ..Setup::default()
-        },
-    )
-    .await;
+    let (b, _) = backend_with_result_limit(f, 64).await;
     let big = submit(&b, "emit", json!({"size": 200})).await;
     let small = submit(&b, "emit", json!({"size": 4})).await;
     let sink = Arc::new(MemoryQueue::new("downstream", 100).unwrap());

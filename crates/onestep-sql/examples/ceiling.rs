@@ -23,12 +23,16 @@
 
 #[path = "support/pg_counters.rs"]
 mod pg_counters;
+#[path = "support/ceiling.rs"]
+mod support;
+
+use support::{Args, Drained, Error, NAMESPACE, TASK};
 
 use std::collections::HashMap;
 use std::str::FromStr;
 use std::time::Instant;
 
-use onestep_core::execution::{ExecutionBackend, ExecutionRequest, SubmitOptions};
+use onestep_core::execution::ExecutionBackend;
 use onestep_sql::param::{PLAN_PER_CALL, is_stable};
 use onestep_sql::postgres::{Postgres, PostgresExecutionBackend};
 use onestep_sql::{BackendOptions, Dialect};
@@ -41,10 +45,6 @@ use uuid::Uuid;
 
 /// The system name in the JSON line (and in `cargo xtask bench`'s table).
 const SYSTEM: &str = "bare SQL ceiling";
-
-/// The namespace and task of the run's executions (burndown's).
-const NAMESPACE: &str = "bench";
-const TASK: &str = "noop";
 
 /// Completes a claimed batch in one statement: the executions and their attempts from typed
 /// arrays (execution ids, lease tokens, attempt ids, results), each row only while its lease
@@ -64,60 +64,6 @@ SELECT (SELECT count(*) FROM done), (SELECT count(*) FROM finished)";
 
 /// The lease each claim takes, in microseconds (burndown's worker leases for 60 s).
 const LEASE_MICROS: i64 = 60_000_000;
-
-/// An error of this example, with its message.
-type Error = Box<dyn std::error::Error + Send + Sync>;
-
-/// The command line.
-struct Args {
-    dsn: String,
-    n: usize,
-    connections: usize,
-    batch: usize,
-}
-
-fn args() -> Result<Args, String> {
-    let mut a = Args {
-        dsn: String::new(),
-        n: 20_000,
-        connections: 2,
-        batch: 100,
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        let mut number = |name: &str| -> Result<usize, String> {
-            let value = it.next().ok_or_else(|| format!("{name} needs a value"))?;
-            match value.parse::<usize>() {
-                Ok(n) if n > 0 => Ok(n),
-                _ => Err(format!(
-                    "{name}: expected a positive integer, got {value:?}"
-                )),
-            }
-        };
-        match flag.as_str() {
-            "--dsn" => a.dsn = it.next().ok_or("--dsn needs a value")?,
-            "--n" => a.n = number("--n")?,
-            "--connections" => a.connections = number("--connections")?,
-            "--batch" => a.batch = number("--batch")?,
-            other => {
-                return Err(format!(
-                    "unknown flag {other} (expected --dsn, --n, --connections, --batch)"
-                ));
-            }
-        }
-    }
-    if !(a.dsn.starts_with("postgres://") || a.dsn.starts_with("postgresql://")) {
-        return Err("--dsn must be a postgres:// URL (the ceiling is PostgreSQL's)".into());
-    }
-    Ok(a)
-}
-
-/// What one connection's loop did.
-#[derive(Default)]
-struct Drained {
-    executions: usize,
-    claims: usize,
-}
 
 /// One connection's loop: claim a batch, complete it, until a claim finds nothing.
 async fn drain(
@@ -239,24 +185,7 @@ async fn run(a: Args) -> Result<Value, Error> {
     );
 
     // Not timed: N ready executions, submitted as burndown's `--submit-batch 1000` does.
-    let submit_started = Instant::now();
-    for chunk in (0..a.n).collect::<Vec<_>>().chunks(1000) {
-        let requests = chunk
-            .iter()
-            .map(|i| {
-                ExecutionRequest::new(
-                    NAMESPACE,
-                    TASK,
-                    json!({"i": i}),
-                    SubmitOptions::default().idempotency_key(format!("k{i}")),
-                )
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        for r in backend.submit_many(requests).await? {
-            r?;
-        }
-    }
-    let submit_s = submit_started.elapsed().as_secs_f64();
+    let submit_s = support::fill(&backend, a.n).await?;
     backend.connector().close().await;
 
     // The connections of the drain, opened before the clock starts (our worker's pool is warm
@@ -332,7 +261,10 @@ async fn run(a: Args) -> Result<Value, Error> {
 
 #[tokio::main]
 async fn main() {
-    let a = match args() {
+    let a = match support::args(
+        &["postgres://", "postgresql://"],
+        "--dsn must be a postgres:// URL (the ceiling is PostgreSQL's)",
+    ) {
         Ok(a) => a,
         Err(e) => {
             eprintln!("ceiling: {e}");

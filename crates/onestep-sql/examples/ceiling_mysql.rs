@@ -23,10 +23,14 @@
 //! `cargo run --release -p onestep-sql --example ceiling_mysql -- --dsn mysql://… [--n 20000]
 //! [--connections 2] [--batch 100]`
 
+#[path = "support/ceiling.rs"]
+mod support;
+
 use std::collections::HashMap;
 use std::time::Instant;
+use support::{Args, Drained, Error, NAMESPACE, TASK};
 
-use onestep_core::execution::{ExecutionBackend, ExecutionRequest, SubmitOptions};
+use onestep_core::execution::ExecutionBackend;
 use onestep_sql::mysql::{MySql, MySqlExecutionBackend};
 use onestep_sql::{BackendOptions, Dialect};
 use serde_json::{Value, json};
@@ -37,10 +41,6 @@ use uuid::Uuid;
 
 /// The system name in the JSON line (and in `cargo xtask bench`'s table).
 const SYSTEM: &str = "bare SQL ceiling";
-
-/// The namespace and task of the run's executions (burndown's).
-const NAMESPACE: &str = "bench";
-const TASK: &str = "noop";
 
 /// The lease each claim takes (burndown's worker leases for 60 s).
 const LEASE: time::Duration = time::Duration::seconds(60);
@@ -73,53 +73,6 @@ const FINISH_ATTEMPTS: &str = "UPDATE {a} y JOIN JSON_TABLE(?, '$[*]' COLUMNS \
 (a CHAR(32) PATH '$.a', t CHAR(32) PATH '$.t')) v ON y.id = v.a SET y.status = 'succeeded', \
 y.error = NULL, y.finished_at = ? WHERE y.lease_token = v.t AND y.status = 'running'";
 
-/// An error of this example, with its message.
-type Error = Box<dyn std::error::Error + Send + Sync>;
-
-/// The command line.
-struct Args {
-    dsn: String,
-    n: usize,
-    connections: usize,
-    batch: usize,
-}
-
-fn args() -> Result<Args, String> {
-    let mut a = Args {
-        dsn: String::new(),
-        n: 20_000,
-        connections: 2,
-        batch: 100,
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        let mut number = |name: &str| -> Result<usize, String> {
-            let value = it.next().ok_or_else(|| format!("{name} needs a value"))?;
-            match value.parse::<usize>() {
-                Ok(n) if n > 0 => Ok(n),
-                _ => Err(format!(
-                    "{name}: expected a positive integer, got {value:?}"
-                )),
-            }
-        };
-        match flag.as_str() {
-            "--dsn" => a.dsn = it.next().ok_or("--dsn needs a value")?,
-            "--n" => a.n = number("--n")?,
-            "--connections" => a.connections = number("--connections")?,
-            "--batch" => a.batch = number("--batch")?,
-            other => {
-                return Err(format!(
-                    "unknown flag {other} (expected --dsn, --n, --connections, --batch)"
-                ));
-            }
-        }
-    }
-    if !(a.dsn.starts_with("mysql://") || a.dsn.starts_with("mariadb://")) {
-        return Err("--dsn must be a mysql:// or mariadb:// URL".into());
-    }
-    Ok(a)
-}
-
 /// The statements of one run, with its table names in place.
 #[derive(Clone)]
 struct Statements {
@@ -128,13 +81,6 @@ struct Statements {
     attempts: String,
     finish_executions: String,
     finish_attempts: String,
-}
-
-/// What one connection's loop did.
-#[derive(Default)]
-struct Drained {
-    executions: usize,
-    claims: usize,
 }
 
 /// The process clock in UTC, whole microseconds, as the MySQL dialect binds it.
@@ -291,24 +237,7 @@ async fn run(a: Args) -> Result<Value, Error> {
     };
 
     // Not timed: N ready executions, submitted as burndown's `--submit-batch 1000` does.
-    let submit_started = Instant::now();
-    for chunk in (0..a.n).collect::<Vec<_>>().chunks(1000) {
-        let requests = chunk
-            .iter()
-            .map(|i| {
-                ExecutionRequest::new(
-                    NAMESPACE,
-                    TASK,
-                    json!({"i": i}),
-                    SubmitOptions::default().idempotency_key(format!("k{i}")),
-                )
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        for r in backend.submit_many(requests).await? {
-            r?;
-        }
-    }
-    let submit_s = submit_started.elapsed().as_secs_f64();
+    let submit_s = support::fill(&backend, a.n).await?;
     backend.connector().close().await;
 
     // The connections of the drain, opened before the clock starts, set up as the dialect's
@@ -383,7 +312,10 @@ async fn run(a: Args) -> Result<Value, Error> {
 
 #[tokio::main]
 async fn main() {
-    let a = match args() {
+    let a = match support::args(
+        &["mysql://", "mariadb://"],
+        "--dsn must be a mysql:// or mariadb:// URL",
+    ) {
         Ok(a) => a,
         Err(e) => {
             eprintln!("ceiling_mysql: {e}");

@@ -1,0 +1,88 @@
+//! What the bare-SQL ceiling examples (`ceiling`, `ceiling_mysql`) share: the command line, a
+//! connection loop's count, and the untimed fill of ready executions.
+
+use onestep_core::execution::{ExecutionBackend, ExecutionRequest, SubmitOptions};
+use serde_json::json;
+
+/// The namespace and task of the run's executions (burndown's).
+pub const NAMESPACE: &str = "bench";
+pub const TASK: &str = "noop";
+
+/// An error of these examples, with its message.
+pub type Error = Box<dyn std::error::Error + Send + Sync>;
+
+/// The command line.
+pub struct Args {
+    pub dsn: String,
+    pub n: usize,
+    pub connections: usize,
+    pub batch: usize,
+}
+
+/// Reads `--dsn URL [--n 20000] [--connections 2] [--batch 100]`; the DSN must start with one
+/// of `schemes`, else `wrong_scheme` is the error.
+pub fn args(schemes: &[&str], wrong_scheme: &str) -> Result<Args, String> {
+    let mut a = Args {
+        dsn: String::new(),
+        n: 20_000,
+        connections: 2,
+        batch: 100,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let mut number = |name: &str| -> Result<usize, String> {
+            let value = it.next().ok_or_else(|| format!("{name} needs a value"))?;
+            match value.parse::<usize>() {
+                Ok(n) if n > 0 => Ok(n),
+                _ => Err(format!(
+                    "{name}: expected a positive integer, got {value:?}"
+                )),
+            }
+        };
+        match flag.as_str() {
+            "--dsn" => a.dsn = it.next().ok_or("--dsn needs a value")?,
+            "--n" => a.n = number("--n")?,
+            "--connections" => a.connections = number("--connections")?,
+            "--batch" => a.batch = number("--batch")?,
+            other => {
+                return Err(format!(
+                    "unknown flag {other} (expected --dsn, --n, --connections, --batch)"
+                ));
+            }
+        }
+    }
+    if !schemes.iter().any(|s| a.dsn.starts_with(s)) {
+        return Err(wrong_scheme.into());
+    }
+    Ok(a)
+}
+
+/// What one connection's loop did.
+#[derive(Default)]
+pub struct Drained {
+    pub executions: usize,
+    pub claims: usize,
+}
+
+/// Puts `n` ready executions in `backend`'s tables, as burndown's `--submit-batch 1000` does;
+/// returns how long that took, in seconds.
+pub async fn fill<B: ExecutionBackend>(backend: &B, n: usize) -> Result<f64, Error> {
+    let started = std::time::Instant::now();
+    for chunk in (0..n).collect::<Vec<_>>().chunks(1000) {
+        let requests = chunk
+            .iter()
+            .map(|i| {
+                ExecutionRequest::new(
+                    NAMESPACE,
+                    TASK,
+                    json!({"i": i}),
+                    SubmitOptions::default().idempotency_key(format!("k{i}")),
+                )
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        for r in backend.submit_many(requests).await? {
+            r?;
+        }
+    }
+    Ok(started.elapsed().as_secs_f64())
+}

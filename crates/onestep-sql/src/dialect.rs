@@ -83,8 +83,8 @@ pub type CompleteMany<D> = for<'a> fn(
 
 /// The one optional capability of a dialect: statements of fixed shape for batches, so their
 /// text, and the server's plan for it, is the same at every batch size, the writers that bind
-/// whole columns at once, and a submit in one round trip. Without it, the state machine claims in three statements,
-/// looks keys up with `IN (?, …)`, inserts with multi-row `VALUES`, matches ids with
+/// whole columns at once, and a submit in one round trip. Without it, the state machine claims
+/// in three statements, looks keys up with `IN (?, …)`, inserts with multi-row `VALUES`, matches ids with
 /// `IN (?, …)` and completes with `CASE id WHEN ? THEN ? …` updates, which every dialect runs
 /// (MySQL has no `UPDATE … RETURNING`; SQLite runs in-process under one database lock, so its
 /// statements cost no round trips).
@@ -143,8 +143,8 @@ pub struct BatchPaths<D: Dialect> {
     /// `run_complete_running`: an execution is written only if it is `running` under the
     /// lease, the lease has not ended and the attempt runs under it, and its attempt is
     /// finished in the same statement. The rest (a cancel requested, a lost or ended lease, a
-    /// repeated completion) are left for `lock_leases` and `complete_many`, which decide each
-    /// on its locked row. Parameters: the batch's time (NULL: the database's), then one array
+    /// repeated completion, a result it cannot store) are left for `lock_leases` and
+    /// `complete_many`, which decide each on its locked row. Parameters: the batch's time (NULL: the database's), then one array
     /// per field of [`RunningCompletion`]. Returns all execution columns of each written row.
     pub complete_running: &'static str,
     /// Runs `complete_running`.

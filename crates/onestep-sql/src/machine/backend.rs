@@ -260,8 +260,9 @@ impl<D: Dialect> LeasedExecutionBackend for SqlExecutionBackend<D> {
             Ok(Some(answers)) => answers,
             Ok(None) => completions.iter().map(|_| None).collect(),
             Err(err) => {
+                // Each `complete` wakes the local workers for its own retry.
                 tracing::debug!(error = %err, "batched completion failed; completing one by one");
-                return Ok(self.woken_by(complete_each(self, completions).await));
+                return Ok(complete_each(self, completions).await);
             }
         };
         let rest: Vec<usize> = (0..answers.len())

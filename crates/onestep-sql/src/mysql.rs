@@ -438,36 +438,82 @@ impl Dialect for MySql {
 }
 
 /// Whether the executions table has the claim column ([`schema::MYSQL_CLAIM_TASK_COLUMN`]).
+///
+/// Read with `SHOW COLUMNS`, which opens the table, not from `information_schema`: right after
+/// another session's `ALTER TABLE` MariaDB's `information_schema` can leave the table out and
+/// answer "nothing there", and the DDL that follows then fails with a duplicate name.
 async fn has_claim_column(
     conn: &mut sqlx::MySqlConnection,
     executions: &str,
 ) -> Result<bool, sqlx::Error> {
-    let found: i64 = sqlx::query_scalar(
-        "SELECT COUNT(*) FROM information_schema.columns WHERE table_schema = DATABASE() \
-         AND table_name = ? AND column_name = ?",
-    )
-    .bind(executions)
-    .bind(schema::MYSQL_CLAIM_TASK_COLUMN)
-    .fetch_one(conn)
-    .await?;
-    Ok(found > 0)
+    let show = format!(
+        "SHOW COLUMNS FROM `{executions}` LIKE '{}'",
+        schema::MYSQL_CLAIM_TASK_COLUMN
+    );
+    Ok(!show_rows(conn, &show).await?.is_empty())
 }
 
 /// The columns of index `index` on `executions`, in index order (empty: no such index).
+///
+/// Read with `SHOW INDEX`, for the reason given at [`has_claim_column`]; it lists each index's
+/// columns in order.
 async fn index_columns(
     conn: &mut sqlx::MySqlConnection,
     executions: &str,
     index: &str,
 ) -> Result<Vec<String>, sqlx::Error> {
-    sqlx::query_scalar(
-        "SELECT CAST(column_name AS CHAR) FROM information_schema.statistics \
-         WHERE table_schema = DATABASE() AND table_name = ? AND index_name = ? \
-         ORDER BY seq_in_index",
-    )
-    .bind(executions)
-    .bind(index)
-    .fetch_all(conn)
-    .await
+    let rows = show_rows(conn, &format!("SHOW INDEX FROM `{executions}`")).await?;
+    let mut columns = Vec::new();
+    for row in rows {
+        if show_text(&row, "Key_name")? == index {
+            columns.push(show_text(&row, "Column_name")?);
+        }
+    }
+    Ok(columns)
+}
+
+/// Error 1684: a `SHOW` skipped the table because another session's DDL holds its metadata lock.
+const SKIPPED_FOR_CONCURRENT_DDL: u16 = 1684;
+
+/// How often, and how long apart, [`show_rows`] asks again after [`SKIPPED_FOR_CONCURRENT_DDL`].
+const SHOW_TRIES: u32 = 50;
+const SHOW_RETRY_DELAY: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// The rows of a `SHOW` statement about one table. MariaDB refuses one with error 1684 while
+/// another session's DDL (or a background task of the server after it) holds the table's
+/// metadata lock; the moment passes, so the statement is sent again, for up to five seconds.
+async fn show_rows(
+    conn: &mut sqlx::MySqlConnection,
+    show: &str,
+) -> Result<Vec<MySqlRow>, sqlx::Error> {
+    let mut tries = 0;
+    loop {
+        match sqlx::query(show).fetch_all(&mut *conn).await {
+            Err(e) if tries + 1 < SHOW_TRIES && is_skipped_for_ddl(&e) => {
+                tries += 1;
+                tokio::time::sleep(SHOW_RETRY_DELAY).await;
+            }
+            other => return other,
+        }
+    }
+}
+
+/// Whether `err` is [`SKIPPED_FOR_CONCURRENT_DDL`].
+fn is_skipped_for_ddl(err: &sqlx::Error) -> bool {
+    err.as_database_error()
+        .and_then(|db| db.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>())
+        .is_some_and(|db| db.number() == SKIPPED_FOR_CONCURRENT_DDL)
+}
+
+/// A text column of a `SHOW` row, which servers send as text or as binary strings.
+fn show_text(row: &MySqlRow, column: &str) -> Result<String, sqlx::Error> {
+    match row.try_get::<String, _>(column) {
+        Ok(text) => Ok(text),
+        Err(_) => {
+            let bytes: Vec<u8> = row.try_get(column)?;
+            Ok(String::from_utf8_lossy(&bytes).into_owned())
+        }
+    }
 }
 
 #[cfg(test)]

@@ -16,8 +16,11 @@ fn url() -> String {
         .unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".into())
 }
 
-async fn ready(channel: &lapin::Channel, queue: &str) -> u32 {
-    channel
+/// The ready count of `queue`, or `None` while it is not declared. Each look opens its own
+/// channel: a passive declare of a missing queue closes the channel it was sent on.
+async fn ready(conn: &Connection, queue: &str) -> Option<u32> {
+    let probe = conn.create_channel().await.unwrap();
+    let count = probe
         .queue_declare(
             queue.into(),
             QueueDeclareOptions {
@@ -28,7 +31,9 @@ async fn ready(channel: &lapin::Channel, queue: &str) -> u32 {
         )
         .await
         .map(|q| q.message_count())
-        .unwrap_or(0)
+        .ok();
+    let _ = probe.close(200, "".into()).await;
+    count
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -73,23 +78,12 @@ async fn a_yaml_worker_moves_messages_between_queues() {
         .await
         .unwrap();
     let channel = conn.create_channel().await.unwrap();
-    // The worker declares the queues on start.
+    // The worker declares both queues (and binds the second to the exchange) on start; publish
+    // only then, or an emitted message could reach the exchange before its queue is bound.
     let deadline = Instant::now() + Duration::from_secs(30);
-    while channel.status().connected() && Instant::now() < deadline {
-        let probe = conn.create_channel().await.unwrap();
-        let declared = probe
-            .queue_declare(
-                jobs.as_str().into(),
-                QueueDeclareOptions {
-                    passive: true,
-                    ..QueueDeclareOptions::default()
-                },
-                FieldTable::default(),
-            )
-            .await;
-        if declared.is_ok() {
-            break;
-        }
+    while Instant::now() < deadline
+        && (ready(&conn, &jobs).await.is_none() || ready(&conn, &done).await.is_none())
+    {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     for i in 1..=3 {
@@ -105,9 +99,10 @@ async fn a_yaml_worker_moves_messages_between_queues() {
             .await
             .unwrap();
     }
+    let deadline = Instant::now() + Duration::from_secs(30);
     let mut moved = 0;
     while moved < 3 && Instant::now() < deadline {
-        moved = ready(&channel, &done).await;
+        moved = ready(&conn, &done).await.unwrap_or(0);
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     Command::new("kill")
@@ -129,8 +124,8 @@ async fn a_yaml_worker_moves_messages_between_queues() {
         Some(true)
     );
     assert_eq!(
-        ready(&channel, &jobs).await,
-        0,
+        ready(&conn, &jobs).await,
+        Some(0),
         "every job was acked: {log}"
     );
     let _ = conn.close(200, "".into()).await;

@@ -64,6 +64,16 @@ pub(crate) fn execution<D: Dialect>(row: &Row<D>) -> Result<ExecutionRow, sqlx::
     })
 }
 
+/// `id, status` of an execution row.
+pub(crate) fn id_and_status<D: Dialect>(
+    row: &Row<D>,
+) -> Result<(Uuid, ExecutionStatus), sqlx::Error> {
+    Ok((
+        required(D::id(row, 0)?, "id")?,
+        status(required(D::text(row, 1)?, "status")?)?,
+    ))
+}
+
 /// An attempt row (all columns, in table order).
 pub(crate) fn attempt<D: Dialect>(row: &Row<D>) -> Result<AttemptRow, sqlx::Error> {
     Ok(AttemptRow {

@@ -1,8 +1,8 @@
 //! The small interface the shared state machine needs from a database.
 
 use async_trait::async_trait;
-use onestep_core::execution::ExecutionResult;
 use onestep_core::execution::stored::ExecutionRow;
+use onestep_core::execution::{ExecutionResult, ExecutionStatus};
 use onestep_core::{ConnectorErrorKind, ConnectorOperation, ConnectorOperationError};
 use time::OffsetDateTime;
 use uuid::Uuid;
@@ -71,6 +71,16 @@ pub type CompleteRunning<D> = for<'a> fn(
     Option<OffsetDateTime>,
     &'a [RunningCompletion<'a>],
 ) -> BoxFuture<'a, Result<Vec<ExecutionRow>, sqlx::Error>>;
+
+/// Runs [`BatchPaths::complete_running_status`] (rendered) as [`CompleteRunning`] runs
+/// `complete_running`: the id and new status of each execution it completed.
+pub type CompleteRunningStatus<D> =
+    for<'a> fn(
+        &'a sqlx::Pool<<D as Dialect>::Db>,
+        &'a str,
+        Option<OffsetDateTime>,
+        &'a [RunningCompletion<'a>],
+    ) -> BoxFuture<'a, Result<Vec<(Uuid, ExecutionStatus)>, sqlx::Error>>;
 
 /// Runs [`BatchPaths::complete_many`] (rendered) for completions the state machine accepted
 /// (their rows locked) at the given time; returns how many executions and attempts changed.
@@ -149,6 +159,11 @@ pub struct BatchPaths<D: Dialect> {
     pub complete_running: &'static str,
     /// Runs `complete_running`.
     pub run_complete_running: CompleteRunning<D>,
+    /// `complete_running` returning only `id, status` of each written row: what a worker's
+    /// batched completion needs (`LeasedExecutionBackend::complete_many_statuses`).
+    pub complete_running_status: &'static str,
+    /// Runs `complete_running_status`.
+    pub run_complete_running_status: CompleteRunningStatus<D>,
 }
 
 /// One accepted completion of a batch, as [`BatchPaths::run_complete_many`] writes it: the execution's

@@ -6,7 +6,7 @@ use std::str::FromStr;
 use async_trait::async_trait;
 use onestep_core::execution::stored::ExecutionRow;
 use onestep_core::execution::{
-    ExecutionError, ExecutionResult, ExecutionSource, ExecutionSourceOptions,
+    ExecutionError, ExecutionResult, ExecutionSource, ExecutionSourceOptions, ExecutionStatus,
 };
 use onestep_core::{ConnectorErrorKind, ConnectorOperation};
 use serde_json::Value;
@@ -137,7 +137,14 @@ SELECT (SELECT count(*) FROM done), (SELECT count(*) FROM ended)";
 /// locked path sends `BEGIN`, the lock, the write and `COMMIT`, this is one round trip, and it
 /// writes no row locks before the updates. Should the two counts ever differ, the final cast
 /// fails and the whole statement with it. Planned per call, like the batch lock.
-const COMPLETE_RUNNING: &str = "/* planned per call */ WITH \
+///
+/// The final `SELECT` returns the written rows' columns (`$answer`): all of them
+/// ([`COMPLETE_RUNNING`]) or only `id, status` ([`COMPLETE_RUNNING_STATUS`], for a worker, which
+/// needs no more and saves receiving and decoding each payload and result).
+macro_rules! complete_running_sql {
+    ($answer:literal) => {
+        concat!(
+            "/* planned per call */ WITH \
 t AS (SELECT COALESCE(CAST(? AS TIMESTAMP WITH TIME ZONE), CURRENT_TIMESTAMP) AS now), \
 v AS (SELECT * FROM unnest(?::uuid[], ?::uuid[], ?::uuid[], ?::text[], ?::text[], ?::jsonb[], \
 ?::jsonb[], ?::int8[]) AS v(v_id, v_attempt_id, v_token, v_status, v_attempt_status, v_result, \
@@ -152,9 +159,20 @@ AND r.execution_id = x.id AND r.lease_token = v.v_token AND r.status = 'running'
 RETURNING {cols}, v.v_attempt_id, v.v_attempt_status), \
 ended AS (UPDATE {a} r SET status = d.v_attempt_status, error = d.error, finished_at = t.now \
 FROM done d, t WHERE r.id = d.v_attempt_id AND r.status = 'running' RETURNING 1) \
-SELECT {cols}, CAST(CASE WHEN (SELECT count(*) FROM ended) = (SELECT count(*) FROM done) \
+SELECT ",
+            $answer,
+            ", CAST(CASE WHEN (SELECT count(*) FROM ended) = (SELECT count(*) FROM done) \
 THEN '0' ELSE 'a batched completion finished fewer attempts than executions' END AS int8) \
-FROM done";
+FROM done"
+        )
+    };
+}
+
+/// [`complete_running_sql`] answering every column of each written row.
+const COMPLETE_RUNNING: &str = complete_running_sql!("{cols}");
+
+/// [`complete_running_sql`] answering `id, status` of each written row.
+const COMPLETE_RUNNING_STATUS: &str = complete_running_sql!("id, status");
 
 /// Locks the executions of a batch of leases and reads, in the same round trip, the
 /// transaction's time and whether each lease's attempt still runs (see `BatchPaths::lock_leases`):
@@ -250,15 +268,15 @@ async fn insert_one(
         .transpose()
 }
 
-/// Runs [`COMPLETE_RUNNING`]: one array per field; the rows it wrote.
-async fn complete_running(
-    pool: &sqlx::Pool<sqlx::Postgres>,
-    sql: &str,
+/// Runs [`COMPLETE_RUNNING`] or [`COMPLETE_RUNNING_STATUS`] (`sql`, rendered) with one array per
+/// field.
+fn complete_running_query<'a>(
+    sql: &'a str,
     now: Option<OffsetDateTime>,
-    items: &[RunningCompletion<'_>],
-) -> Result<Vec<ExecutionRow>, sqlx::Error> {
+    items: &[RunningCompletion<'a>],
+) -> Query<'a, sqlx::Postgres, PgArguments> {
     use sqlx::types::Json;
-    let rows = sqlx::query(sql)
+    sqlx::query(sql)
         .persistent(crate::param::is_stable(sql))
         .bind(now)
         .bind(column(items, |c| c.execution_id))
@@ -269,10 +287,35 @@ async fn complete_running(
         .bind(column(items, |c| c.result.map(Json)))
         .bind(column(items, |c| c.error.map(Json)))
         .bind(column(items, |c| c.retry_after_us))
+}
+
+/// Runs [`COMPLETE_RUNNING`]: the rows it wrote.
+async fn complete_running(
+    pool: &sqlx::Pool<sqlx::Postgres>,
+    sql: &str,
+    now: Option<OffsetDateTime>,
+    items: &[RunningCompletion<'_>],
+) -> Result<Vec<ExecutionRow>, sqlx::Error> {
+    let rows = complete_running_query(sql, now, items)
         .fetch_all(pool)
         .await?;
     rows.iter()
         .map(crate::decode::execution::<Postgres>)
+        .collect()
+}
+
+/// Runs [`COMPLETE_RUNNING_STATUS`]: the id and new status of each row it wrote.
+async fn complete_running_status(
+    pool: &sqlx::Pool<sqlx::Postgres>,
+    sql: &str,
+    now: Option<OffsetDateTime>,
+    items: &[RunningCompletion<'_>],
+) -> Result<Vec<(Uuid, ExecutionStatus)>, sqlx::Error> {
+    let rows = complete_running_query(sql, now, items)
+        .fetch_all(pool)
+        .await?;
+    rows.iter()
+        .map(crate::decode::id_and_status::<Postgres>)
         .collect()
 }
 
@@ -328,6 +371,10 @@ const BATCH_PATHS: BatchPaths<Postgres> = BatchPaths {
     run_complete_many: |tx, sql, now, writes| Box::pin(complete_many(tx, sql, now, writes)),
     complete_running: COMPLETE_RUNNING,
     run_complete_running: |pool, sql, now, items| Box::pin(complete_running(pool, sql, now, items)),
+    complete_running_status: COMPLETE_RUNNING_STATUS,
+    run_complete_running_status: |pool, sql, now, items| {
+        Box::pin(complete_running_status(pool, sql, now, items))
+    },
 };
 
 #[async_trait]

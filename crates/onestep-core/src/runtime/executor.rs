@@ -368,9 +368,7 @@ async fn settle(rt: &TaskRuntime, delivery: &mut dyn Delivery, result: Value) ->
             .complete_execution(ExecutionCompletion::Succeeded { result })
             .await
         {
-            Ok(execution) if execution.status == ExecutionStatus::Cancelled => {
-                Outcome::Cancelled(Stage::Ack)
-            }
+            Ok(ExecutionStatus::Cancelled) => Outcome::Cancelled(Stage::Ack),
             Ok(_) => Outcome::Succeeded,
             Err(err) if err.is_lease_lost() => {
                 tracing::warn!(task = %rt.task_name, execution_id = %managed.execution_id(), "lease lost before the success was stored");

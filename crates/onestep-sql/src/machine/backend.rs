@@ -1,7 +1,7 @@
 //! The contract: [`ExecutionBackend`] and [`LeasedExecutionBackend`] over the operations of the
 //! sibling modules, with their retries of transient errors and one-by-one fallbacks.
 
-use onestep_core::execution::backend::{complete_each, heartbeat_each};
+use onestep_core::execution::backend::heartbeat_each;
 
 use super::*;
 
@@ -249,52 +249,14 @@ impl<D: Dialect> LeasedExecutionBackend for SqlExecutionBackend<D> {
         &self,
         completions: Vec<(Uuid, Uuid, Uuid, ExecutionCompletion)>,
     ) -> ExecutionResult<Vec<ExecutionResult<Execution>>> {
-        if completions.len() < 2 || !distinct_executions(completions.iter().map(|c| c.0)) {
-            // One completion, or the same execution twice: complete them one by one, in order.
-            return Ok(complete_each(self, completions).await);
-        }
-        // The executions still running under their leases first, in one statement; each part
-        // is retried, or completed one by one, on its own, so a part that committed is never
-        // run again (a retry completion run twice would answer a lost lease).
-        let mut answers = match retry_transient(|| self.complete_running(&completions)).await {
-            Ok(Some(answers)) => answers,
-            Ok(None) => completions.iter().map(|_| None).collect(),
-            Err(err) => {
-                // Each `complete` wakes the local workers for its own retry.
-                tracing::debug!(error = %err, "batched completion failed; completing one by one");
-                return Ok(complete_each(self, completions).await);
-            }
-        };
-        let rest: Vec<usize> = (0..answers.len())
-            .filter(|i| answers[*i].is_none())
-            .collect();
-        let locked: Vec<_> = rest.iter().map(|i| completions[*i].clone()).collect();
-        let decided = match locked.len() {
-            0 => Vec::new(),
-            1 => complete_each(self, locked).await,
-            _ => match retry_transient(|| self.complete_locked(&locked)).await {
-                Ok(decided) => decided,
-                Err(err) => {
-                    // The locked part failed as a whole: each of its completions gets its own answer.
-                    tracing::debug!(error = %err, "batched completion failed; completing one by one");
-                    complete_each(self, locked).await
-                }
-            },
-        };
-        for (index, answer) in rest.into_iter().zip(decided) {
-            answers[index] = Some(answer);
-        }
-        let answers = answers
-            .into_iter()
-            .map(|answer| {
-                answer.unwrap_or_else(|| {
-                    Err(ExecutionError::Backend(
-                        "batched completion lost track of a completion".into(),
-                    ))
-                })
-            })
-            .collect();
-        Ok(self.woken_by(answers))
+        self.complete_batch(completions).await
+    }
+
+    async fn complete_many_statuses(
+        &self,
+        completions: Vec<(Uuid, Uuid, Uuid, ExecutionCompletion)>,
+    ) -> ExecutionResult<Vec<ExecutionResult<ExecutionStatus>>> {
+        self.complete_batch(completions).await
     }
 
     async fn release(

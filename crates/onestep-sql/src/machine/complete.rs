@@ -9,6 +9,80 @@ use crate::dialect::RunningCompletion;
 /// microseconds); longer ones take the locked path.
 const MAX_RETRY_DELAY_US: i64 = 100 * 366 * 24 * 3600 * 1_000_000;
 
+/// What a batched completion answers each completion with: the whole execution
+/// (`complete_many`) or only the status it was left in (`complete_many_statuses`, a worker's).
+pub(super) trait Answer: Sized + Send {
+    /// Whether the one-statement completion returns only ids and statuses
+    /// (`BatchPaths::complete_running_status`) instead of whole rows.
+    const STATUS_ONLY: bool;
+    /// The answer for an execution a completion left as `execution`.
+    fn of(execution: Execution) -> Self;
+    /// The answer for what the one-statement completion returned of a row it wrote.
+    fn written(row: Written) -> ExecutionResult<Self>;
+    /// The status the completion left the execution in.
+    fn status(&self) -> ExecutionStatus;
+}
+
+/// What the one-statement completion returned of one row it wrote.
+pub(super) enum Written {
+    /// The whole row, after the write.
+    Row(Box<ExecutionRow>),
+    /// Its new status.
+    Status(ExecutionStatus),
+}
+
+impl Answer for Execution {
+    const STATUS_ONLY: bool = false;
+
+    fn of(execution: Execution) -> Self {
+        execution
+    }
+
+    fn written(row: Written) -> ExecutionResult<Self> {
+        match row {
+            Written::Row(row) => row.to_execution(),
+            Written::Status(_) => Err(ExecutionError::Backend(
+                "a batched completion read back a status where it needed the row".into(),
+            )),
+        }
+    }
+
+    fn status(&self) -> ExecutionStatus {
+        self.status
+    }
+}
+
+impl Answer for ExecutionStatus {
+    const STATUS_ONLY: bool = true;
+
+    fn of(execution: Execution) -> Self {
+        execution.status
+    }
+
+    fn written(row: Written) -> ExecutionResult<Self> {
+        Ok(match row {
+            Written::Row(row) => row.status,
+            Written::Status(status) => status,
+        })
+    }
+
+    fn status(&self) -> ExecutionStatus {
+        *self
+    }
+}
+
+/// Completes one after another with `complete`, each answered on its own as `A`.
+async fn complete_each<D: Dialect, A: Answer>(
+    backend: &SqlExecutionBackend<D>,
+    completions: Vec<(Uuid, Uuid, Uuid, ExecutionCompletion)>,
+) -> Vec<ExecutionResult<A>> {
+    onestep_core::execution::backend::complete_each(backend, completions)
+        .await
+        .into_iter()
+        .map(|answer| answer.map(A::of))
+        .collect()
+}
+
 /// A row running under a lease that ends after the epoch: what a completion is decided against
 /// before the one-statement completion checks, row by row, that the execution is so.
 fn running_at_epoch() -> ExecutionRow {
@@ -152,17 +226,72 @@ impl<D: Dialect> SqlExecutionBackend<D> {
 
     /// Wakes this process's idle workers when a completion made its execution claimable again
     /// (a retry); returns `answers`.
-    pub(super) fn woken_by(
+    pub(super) fn woken_by<A: Answer>(
         &self,
-        answers: Vec<ExecutionResult<Execution>>,
-    ) -> Vec<ExecutionResult<Execution>> {
+        answers: Vec<ExecutionResult<A>>,
+    ) -> Vec<ExecutionResult<A>> {
         if answers.iter().any(|r| {
             r.as_ref()
-                .is_ok_and(|e| e.status == ExecutionStatus::Retrying)
+                .is_ok_and(|a| a.status() == ExecutionStatus::Retrying)
         }) {
             self.wake_local();
         }
         answers
+    }
+
+    /// `complete_many` and `complete_many_statuses`: the executions still running under their
+    /// leases in one statement where the dialect has one, the rest on their locked rows, each
+    /// answered as `A`.
+    pub(super) async fn complete_batch<A: Answer>(
+        &self,
+        completions: Vec<(Uuid, Uuid, Uuid, ExecutionCompletion)>,
+    ) -> ExecutionResult<Vec<ExecutionResult<A>>> {
+        if completions.len() < 2 || !distinct_executions(completions.iter().map(|c| c.0)) {
+            // One completion, or the same execution twice: complete them one by one, in order.
+            return Ok(complete_each::<D, A>(self, completions).await);
+        }
+        // The executions still running under their leases first, in one statement; each part
+        // is retried, or completed one by one, on its own, so a part that committed is never
+        // run again (a retry completion run twice would answer a lost lease).
+        let mut answers = match retry_transient(|| self.complete_running::<A>(&completions)).await {
+            Ok(Some(answers)) => answers,
+            Ok(None) => completions.iter().map(|_| None).collect(),
+            Err(err) => {
+                // Each `complete` wakes the local workers for its own retry.
+                tracing::debug!(error = %err, "batched completion failed; completing one by one");
+                return Ok(complete_each::<D, A>(self, completions).await);
+            }
+        };
+        let rest: Vec<usize> = (0..answers.len())
+            .filter(|i| answers[*i].is_none())
+            .collect();
+        let locked: Vec<_> = rest.iter().map(|i| completions[*i].clone()).collect();
+        let decided = match locked.len() {
+            0 => Vec::new(),
+            1 => complete_each::<D, A>(self, locked).await,
+            _ => match retry_transient(|| self.complete_locked(&locked)).await {
+                Ok(decided) => decided.into_iter().map(|d| d.map(A::of)).collect(),
+                Err(err) => {
+                    // The locked part failed as a whole: each of its completions gets its own answer.
+                    tracing::debug!(error = %err, "batched completion failed; completing one by one");
+                    complete_each::<D, A>(self, locked).await
+                }
+            },
+        };
+        for (index, answer) in rest.into_iter().zip(decided) {
+            answers[index] = Some(answer);
+        }
+        let answers = answers
+            .into_iter()
+            .map(|answer| {
+                answer.unwrap_or_else(|| {
+                    Err(ExecutionError::Backend(
+                        "batched completion lost track of a completion".into(),
+                    ))
+                })
+            })
+            .collect();
+        Ok(self.woken_by(answers))
     }
 
     /// Completes the distinct executions that still run under their leases (nearly all, in a
@@ -172,16 +301,23 @@ impl<D: Dialect> SqlExecutionBackend<D> {
     /// lost or ended lease, a repeated completion, a missing row, a result it cannot store),
     /// which [`Self::complete_locked`] decides on their locked rows. `Ok(None)`: the dialect has
     /// no such statement.
-    pub(super) async fn complete_running(
+    pub(super) async fn complete_running<A: Answer>(
         &self,
         completions: &[(Uuid, Uuid, Uuid, ExecutionCompletion)],
-    ) -> ExecutionResult<Option<Vec<Option<ExecutionResult<Execution>>>>> {
-        let (Some(sql), Some(paths)) = (&self.inner.statements.complete_running, D::BATCH_PATHS)
-        else {
+    ) -> ExecutionResult<Option<Vec<Option<ExecutionResult<A>>>>> {
+        let statements = &self.inner.statements;
+        let (Some(sql), Some(paths)) = (
+            if A::STATUS_ONLY {
+                &statements.complete_running_status
+            } else {
+                &statements.complete_running
+            },
+            D::BATCH_PATHS,
+        ) else {
             return Ok(None);
         };
         let limits = &self.inner.options.limits;
-        let mut results: Vec<Option<ExecutionResult<Execution>>> =
+        let mut results: Vec<Option<ExecutionResult<A>>> =
             completions.iter().map(|_| None).collect();
         // Each completion decided as if its execution still runs under its lease; the time is
         // the statement's, so the decision is made at the epoch and only the retry delay is
@@ -259,14 +395,24 @@ impl<D: Dialect> SqlExecutionBackend<D> {
                 .clock
                 .as_ref()
                 .map(|_| self.process_now());
-            let written = (paths.run_complete_running)(&pool, sql, now, &items)
-                .await
-                .map_err(db::<D>(op))?;
-            let mut written: std::collections::HashMap<Uuid, ExecutionRow> =
-                written.into_iter().map(|row| (row.id, row)).collect();
+            let mut written: std::collections::HashMap<Uuid, Written> = if A::STATUS_ONLY {
+                (paths.run_complete_running_status)(&pool, sql, now, &items)
+                    .await
+                    .map_err(db::<D>(op))?
+                    .into_iter()
+                    .map(|(id, status)| (id, Written::Status(status)))
+                    .collect()
+            } else {
+                (paths.run_complete_running)(&pool, sql, now, &items)
+                    .await
+                    .map_err(db::<D>(op))?
+                    .into_iter()
+                    .map(|row| (row.id, Written::Row(Box::new(row))))
+                    .collect()
+            };
             for (index, ..) in &changes {
                 if let Some(row) = written.remove(&completions[*index].0) {
-                    results[*index] = Some(row.to_execution());
+                    results[*index] = Some(A::written(row));
                 }
             }
         }

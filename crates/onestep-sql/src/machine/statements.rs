@@ -29,6 +29,8 @@ pub(super) struct Statements {
     pub(super) complete_many: Option<String>,
     /// The dialect's one-statement completion of executions still running, if it has one.
     pub(super) complete_running: Option<String>,
+    /// The same, answering only `id, status` of each written row.
+    pub(super) complete_running_status: Option<String>,
     /// The dialect's one-statement lock and read of a batch of leases, if it has one.
     pub(super) lock_leases: Option<String>,
     pub(super) heartbeat: String,
@@ -66,6 +68,7 @@ impl Statements {
             insert_many: D::BATCH_PATHS.map(|b| r(b.insert_many)),
             complete_many: D::BATCH_PATHS.map(|b| r(b.complete_many)),
             complete_running: D::BATCH_PATHS.map(|b| r(b.complete_running)),
+            complete_running_status: D::BATCH_PATHS.map(|b| r(b.complete_running_status)),
             lock_leases: D::BATCH_PATHS.map(|b| r(b.lock_leases)),
             heartbeat: r(sql::HEARTBEAT),
             heartbeat_attempt: r(sql::HEARTBEAT_ATTEMPT),

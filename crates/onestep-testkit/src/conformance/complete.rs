@@ -589,6 +589,112 @@ pub async fn complete_many_decides_cancels_and_ended_leases_on_their_own<F: Back
     );
 }
 
+/// `complete_many_statuses` decides a mixed batch as `complete_many` does and answers each with
+/// the status it left: live success, failure and retry are written, a success after a cancel
+/// request ends cancelled, an ended lease is lost and untouched, an invalid completion refused.
+pub async fn complete_many_statuses_answers_the_status_each_completion_left<F: BackendFactory>(
+    f: &F,
+) {
+    let (b, setup) = backend(f).await;
+    for n in 0..6 {
+        submit(&b, "statuses", json!(n)).await;
+    }
+    let ending = claim_one(&b, "statuses", 1.0).await;
+    let leases = claim(&b, "statuses", 5, 30.0).await;
+    assert_eq!(leases.len(), 5);
+    let (live, cancelled, failed, retried, invalid) =
+        (&leases[0], &leases[1], &leases[2], &leases[3], &leases[4]);
+    b.request_cancel(NS, cancelled.execution.id, Some("stop"))
+        .await
+        .unwrap();
+    setup.clock.advance(secs(2.0));
+    let item = |l: &onestep_core::execution::ExecutionLease, c| {
+        (l.execution.id, l.attempt_id, l.lease_token, c)
+    };
+    let success = || ExecutionCompletion::Succeeded {
+        result: json!({"ok": true}),
+    };
+    let answers = b
+        .complete_many_statuses(vec![
+            item(live, success()),
+            item(cancelled, success()),
+            item(&ending, success()),
+            item(
+                failed,
+                ExecutionCompletion::Failed {
+                    error: Some(detail("error", "F")),
+                },
+            ),
+            item(
+                retried,
+                ExecutionCompletion::Retrying {
+                    error: Some(detail("error", "E")),
+                    delay_s: Some(5.0),
+                },
+            ),
+            item(
+                invalid,
+                ExecutionCompletion::Retrying {
+                    error: None,
+                    delay_s: Some(f64::NAN),
+                },
+            ),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(answers.len(), 6);
+    let expected = [
+        (live, ExecutionStatus::Succeeded),
+        (cancelled, ExecutionStatus::Cancelled),
+        (failed, ExecutionStatus::Failed),
+        (retried, ExecutionStatus::Retrying),
+    ];
+    for (index, (lease, status)) in [0, 1, 3, 4].into_iter().zip(expected) {
+        assert_eq!(
+            answers[index].as_ref().ok(),
+            Some(&status),
+            "answer {index}"
+        );
+        let stored = b.get(NS, lease.execution.id).await.unwrap().unwrap();
+        assert_eq!(stored.status, status, "stored {index}");
+        let beat = b
+            .heartbeat(
+                lease.execution.id,
+                lease.attempt_id,
+                lease.lease_token,
+                secs(30.0),
+            )
+            .await;
+        assert!(
+            beat.is_err_and(|e| e.is_lease_lost()),
+            "the lease is gone {index}"
+        );
+    }
+    let stored = b.get(NS, live.execution.id).await.unwrap().unwrap();
+    assert_eq!(
+        (stored.result, stored.finished_at),
+        (Some(json!({"ok": true})), Some(setup.clock.now()))
+    );
+    let stored = b.get(NS, retried.execution.id).await.unwrap().unwrap();
+    assert_eq!(
+        (stored.available_at, stored.finished_at),
+        (after(&setup, 5.0), None)
+    );
+    assert!(answers[2].as_ref().unwrap_err().is_lease_lost());
+    let untouched = b.get(NS, ending.execution.id).await.unwrap().unwrap();
+    assert_eq!(
+        (untouched.status, untouched.result),
+        (ExecutionStatus::Running, None)
+    );
+    assert!(
+        matches!(answers[5], Err(ExecutionError::InvalidArgument { .. })),
+        "{:?}",
+        answers[5]
+    );
+    let untouched = b.get(NS, invalid.execution.id).await.unwrap().unwrap();
+    assert_eq!(untouched.status, ExecutionStatus::Running);
+}
+
 /// In a batch, a success whose result cannot be stored still loses to a cancel request (the
 /// execution ends cancelled, as a single completion would end it), and is refused as too large
 /// where its lease still runs.

@@ -10,7 +10,7 @@ pub(super) const COMPLETION_BATCH: usize = 256;
 pub(super) struct CompletionJob {
     pub(super) ids: (Uuid, Uuid, Uuid),
     pub(super) completion: ExecutionCompletion,
-    pub(super) reply: tokio::sync::oneshot::Sender<ExecutionResult<Execution>>,
+    pub(super) reply: tokio::sync::oneshot::Sender<ExecutionResult<ExecutionStatus>>,
 }
 
 /// The per-source task that writes completions in batches, and the way to reach it.
@@ -88,7 +88,7 @@ pub(super) async fn write_completions<B: LeasedExecutionBackend>(
         .iter()
         .map(|j| (j.ids.0, j.ids.1, j.ids.2, j.completion.clone()))
         .collect();
-    match backend.complete_many(items).await {
+    match backend.complete_many_statuses(items).await {
         Ok(results) if results.len() == batch.len() => {
             for (job, result) in batch.into_iter().zip(results) {
                 let _ = job.reply.send(result);
@@ -97,9 +97,8 @@ pub(super) async fn write_completions<B: LeasedExecutionBackend>(
         _ => {
             for job in batch {
                 let (e, a, t) = job.ids;
-                let _ = job
-                    .reply
-                    .send(backend.complete(e, a, t, job.completion).await);
+                let answer = backend.complete(e, a, t, job.completion).await;
+                let _ = job.reply.send(answer.map(|execution| execution.status));
             }
         }
     }

@@ -15,6 +15,9 @@ pub(super) struct ExecutionDelivery<B> {
     pub(super) backend: B,
     pub(super) envelope: Envelope,
     pub(super) execution_id: Uuid,
+    /// The execution's namespace and task, for the completion metrics.
+    pub(super) namespace: String,
+    pub(super) task_name: String,
     pub(super) attempt_id: Uuid,
     pub(super) lease_token: Uuid,
     pub(super) lease: Arc<LeaseState>,
@@ -24,7 +27,8 @@ pub(super) struct ExecutionDelivery<B> {
     pub(super) heartbeats: Arc<Heartbeater<B>>,
     /// Whether the renewer holds this delivery's lease (from start until completion).
     pub(super) heartbeating: bool,
-    pub(super) completed: Option<Execution>,
+    /// The status the completion left the execution in, once completed.
+    pub(super) completed: Option<ExecutionStatus>,
     /// The source's batch writer; `None` completes directly.
     pub(super) completions: Option<tokio::sync::mpsc::UnboundedSender<CompletionJob>>,
 }
@@ -32,17 +36,17 @@ pub(super) struct ExecutionDelivery<B> {
 impl<B: LeasedExecutionBackend + Clone + 'static> ExecutionDelivery<B> {
     /// Keeps the stored outcome of the attempt (a success that lost to a cancel marks the cancel
     /// requested) and counts it.
-    fn finished(&mut self, succeeded: bool, execution: Execution) -> Execution {
-        if succeeded && execution.status == ExecutionStatus::Cancelled {
+    fn finished(&mut self, succeeded: bool, status: ExecutionStatus) -> ExecutionStatus {
+        if succeeded && status == ExecutionStatus::Cancelled {
             self.lease.cancel_requested.store(true, Ordering::SeqCst);
         }
         crate::metrics::execution::execution_metrics().completed(
-            &execution.namespace,
-            &execution.task_name,
-            execution.status.as_str(),
+            &self.namespace,
+            &self.task_name,
+            status.as_str(),
         );
-        self.completed = Some(execution.clone());
-        execution
+        self.completed = Some(status);
+        status
     }
 
     pub(super) fn stop_heartbeat(&mut self) {
@@ -162,9 +166,9 @@ impl<B: LeasedExecutionBackend + Clone + 'static> ManagedDelivery for ExecutionD
     async fn complete_execution(
         &mut self,
         completion: ExecutionCompletion,
-    ) -> ExecutionResult<Execution> {
-        if let Some(done) = &self.completed {
-            return Ok(done.clone());
+    ) -> ExecutionResult<ExecutionStatus> {
+        if let Some(done) = self.completed {
+            return Ok(done);
         }
         // The last report is written while the lease still holds.
         self.progress.flush().await;
@@ -188,6 +192,6 @@ impl<B: LeasedExecutionBackend + Clone + 'static> ManagedDelivery for ExecutionD
             .backend
             .complete(ids.0, ids.1, ids.2, completion)
             .await?;
-        Ok(self.finished(succeeded, execution))
+        Ok(self.finished(succeeded, execution.status))
     }
 }

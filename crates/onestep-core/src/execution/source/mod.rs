@@ -13,7 +13,7 @@ use uuid::Uuid;
 
 use super::backend::LeasedExecutionBackend;
 use super::error::{ExecutionError, ExecutionResult};
-use super::record::{Execution, ExecutionCompletion, ExecutionErrorDetail, ExecutionLease, name};
+use super::record::{ExecutionCompletion, ExecutionErrorDetail, ExecutionLease, name};
 use super::status::ExecutionStatus;
 use super::stored::RESERVED_METADATA_KEY;
 use crate::connector::ConnectorOperation;
@@ -51,11 +51,13 @@ pub trait ManagedDelivery: Send + Sync {
     fn info(&self) -> ExecutionInfo;
     /// Checks the result can be stored, before anything is emitted (stage `result_validation`).
     async fn validate_execution_result(&self, result: &Value) -> ExecutionResult<()>;
-    /// Ends the attempt; a second call returns the first outcome without writing.
+    /// Ends the attempt and answers the status the execution was left in (`Cancelled` for a
+    /// success that lost to a cancel request); a second call returns the first outcome without
+    /// writing.
     async fn complete_execution(
         &mut self,
         completion: ExecutionCompletion,
-    ) -> ExecutionResult<Execution>;
+    ) -> ExecutionResult<ExecutionStatus>;
 }
 
 mod completer;
@@ -221,19 +223,21 @@ impl<B: LeasedExecutionBackend + Clone + 'static> ExecutionSource<B> {
     }
 
     fn delivery(&self, lease: ExecutionLease) -> ExecutionDelivery<B> {
-        let mut meta = lease.execution.metadata.clone();
+        // The lease is ours: its payload and metadata move into the envelope.
+        let execution = lease.execution;
+        let mut meta = execution.metadata;
         meta.insert(
             RESERVED_METADATA_KEY.into(),
-            json!({"id": lease.execution.id.to_string(), "attempt_id": lease.attempt_id.to_string()}),
+            json!({"id": execution.id.to_string(), "attempt_id": lease.attempt_id.to_string()}),
         );
         let envelope = Envelope {
-            body: lease.execution.payload.clone(),
+            body: execution.payload,
             meta,
-            attempts: lease.execution.attempts.saturating_sub(1),
+            attempts: execution.attempts.saturating_sub(1),
         };
         let (backend, ids) = (
             self.backend.clone(),
-            (lease.execution.id, lease.attempt_id, lease.lease_token),
+            (execution.id, lease.attempt_id, lease.lease_token),
         );
         let progress = Progress::new(Arc::new(move |value| {
             let backend = backend.clone();
@@ -243,7 +247,9 @@ impl<B: LeasedExecutionBackend + Clone + 'static> ExecutionSource<B> {
             progress,
             backend: self.backend.clone(),
             envelope,
-            execution_id: lease.execution.id,
+            execution_id: execution.id,
+            namespace: execution.namespace,
+            task_name: execution.task_name,
             attempt_id: lease.attempt_id,
             lease_token: lease.lease_token,
             lease: Arc::new(LeaseState {
@@ -424,7 +430,7 @@ mod tests {
     use super::*;
     use crate::connector::{ConnectorErrorKind, ConnectorOperationError};
     use crate::execution::record::{
-        ExecutionPage, ExecutionQuery, ExecutionRequest, SubmitOptions,
+        Execution, ExecutionPage, ExecutionQuery, ExecutionRequest, SubmitOptions,
     };
     use crate::execution::{ExecutionBackend, MemoryExecutionBackend};
 

@@ -40,6 +40,13 @@ pub trait Delivery: Send + Sync {
     /// The message being delivered.
     fn envelope(&self) -> &Envelope;
 
+    /// The message being delivered, shared: what the executor hands the handler's context and
+    /// its events. The default copies [`envelope`](Delivery::envelope); a delivery that keeps
+    /// its envelope in an [`Arc`](std::sync::Arc) returns it without copying the payload.
+    fn shared_envelope(&self) -> std::sync::Arc<Envelope> {
+        std::sync::Arc::new(self.envelope().clone())
+    }
+
     /// Called once before any task code runs (starts lease heartbeats, for example).
     async fn start_processing(&mut self) -> Result<()> {
         Ok(())

@@ -167,7 +167,7 @@ async fn execute_in_span(
     slot: tokio::sync::OwnedSemaphorePermit,
 ) {
     let started = Instant::now();
-    let envelope = Arc::new(delivery.envelope().clone());
+    let envelope = delivery.shared_envelope();
     let attempt = cancel.child_token();
     let ctx = rt.context(envelope.clone(), attempt.clone(), execution);
     let stage = StageCell::new();

@@ -13,7 +13,8 @@ pub(super) struct LeaseState {
 /// One claimed execution.
 pub(super) struct ExecutionDelivery<B> {
     pub(super) backend: B,
-    pub(super) envelope: Envelope,
+    /// Shared with the executor (the handler's context and events), never copied.
+    pub(super) envelope: Arc<Envelope>,
     pub(super) execution_id: Uuid,
     /// The execution's namespace and task, for the completion metrics.
     pub(super) namespace: String,
@@ -77,6 +78,10 @@ impl<B> Drop for ExecutionDelivery<B> {
 impl<B: LeasedExecutionBackend + Clone + 'static> Delivery for ExecutionDelivery<B> {
     fn envelope(&self) -> &Envelope {
         &self.envelope
+    }
+
+    fn shared_envelope(&self) -> Arc<Envelope> {
+        self.envelope.clone()
     }
 
     async fn start_processing(&mut self) -> Result<()> {

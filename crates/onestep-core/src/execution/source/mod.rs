@@ -246,7 +246,7 @@ impl<B: LeasedExecutionBackend + Clone + 'static> ExecutionSource<B> {
         ExecutionDelivery {
             progress,
             backend: self.backend.clone(),
-            envelope,
+            envelope: Arc::new(envelope),
             execution_id: execution.id,
             namespace: execution.namespace,
             task_name: execution.task_name,

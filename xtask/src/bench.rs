@@ -453,12 +453,22 @@ fn json_line(mut cmd: Command, what: &str) -> Result<Value> {
 /// Fails early, with the fix, when a peer run could not start.
 fn check_peer_tools(root: &Path) -> Result<()> {
     let venv = root.join(".venv-ref/bin/python");
-    if !venv.is_file() {
+    // Every module a peer run imports, checked now rather than after the runs before it.
+    let imports = "import onestep, onestep_sql, pymysqlreplication, onestep_redis, \
+                   onestep_rabbitmq, onestep_sqs";
+    let ready = venv.is_file()
+        && Command::new(&venv)
+            .args(["-c", imports])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|status| status.success());
+    if !ready {
         bail!(
-            "--peers needs the Python reference in .venv-ref: python3 -m venv .venv-ref && \
-             .venv-ref/bin/pip install \"onestep==1.15.0\" \"onestep-sql[postgres,mysql]==0.7.1\" \
-             \"mysql-replication==1.0.17\" \"onestep-redis==0.2.2\" (or run `cargo xtask test` once, \
-             which creates it)"
+            "--peers needs the Python reference and its plugins in .venv-ref ({imports} failed): \
+             run `cargo xtask test` once, which creates it, or `python3 -m venv .venv-ref` and \
+             `.venv-ref/bin/pip install` the packages of REQUIREMENTS in \
+             crates/onestep-testkit/src/reference.rs"
         );
     }
     if !root

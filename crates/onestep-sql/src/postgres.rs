@@ -6,7 +6,7 @@ use std::str::FromStr;
 use async_trait::async_trait;
 use onestep_core::execution::stored::ExecutionRow;
 use onestep_core::execution::{
-    ExecutionError, ExecutionResult, ExecutionSource, ExecutionSourceOptions, ExecutionStatus,
+    ExecutionError, ExecutionResult, ExecutionSource, ExecutionSourceOptions,
 };
 use onestep_core::{ConnectorErrorKind, ConnectorOperation};
 use serde_json::Value;
@@ -269,14 +269,16 @@ async fn insert_one(
 }
 
 /// Runs [`COMPLETE_RUNNING`] or [`COMPLETE_RUNNING_STATUS`] (`sql`, rendered) with one array per
-/// field.
-fn complete_running_query<'a>(
-    sql: &'a str,
+/// field; each row it wrote read back with `decode`.
+async fn complete_running<T>(
+    pool: &sqlx::Pool<sqlx::Postgres>,
+    sql: &str,
     now: Option<OffsetDateTime>,
-    items: &[RunningCompletion<'a>],
-) -> Query<'a, sqlx::Postgres, PgArguments> {
+    items: &[RunningCompletion<'_>],
+    decode: fn(&PgRow) -> Result<T, sqlx::Error>,
+) -> Result<Vec<T>, sqlx::Error> {
     use sqlx::types::Json;
-    sqlx::query(sql)
+    let rows = sqlx::query(sql)
         .persistent(crate::param::is_stable(sql))
         .bind(now)
         .bind(column(items, |c| c.execution_id))
@@ -287,36 +289,9 @@ fn complete_running_query<'a>(
         .bind(column(items, |c| c.result.map(Json)))
         .bind(column(items, |c| c.error.map(Json)))
         .bind(column(items, |c| c.retry_after_us))
-}
-
-/// Runs [`COMPLETE_RUNNING`]: the rows it wrote.
-async fn complete_running(
-    pool: &sqlx::Pool<sqlx::Postgres>,
-    sql: &str,
-    now: Option<OffsetDateTime>,
-    items: &[RunningCompletion<'_>],
-) -> Result<Vec<ExecutionRow>, sqlx::Error> {
-    let rows = complete_running_query(sql, now, items)
         .fetch_all(pool)
         .await?;
-    rows.iter()
-        .map(crate::decode::execution::<Postgres>)
-        .collect()
-}
-
-/// Runs [`COMPLETE_RUNNING_STATUS`]: the id and new status of each row it wrote.
-async fn complete_running_status(
-    pool: &sqlx::Pool<sqlx::Postgres>,
-    sql: &str,
-    now: Option<OffsetDateTime>,
-    items: &[RunningCompletion<'_>],
-) -> Result<Vec<(Uuid, ExecutionStatus)>, sqlx::Error> {
-    let rows = complete_running_query(sql, now, items)
-        .fetch_all(pool)
-        .await?;
-    rows.iter()
-        .map(crate::decode::id_and_status::<Postgres>)
-        .collect()
+    rows.iter().map(decode).collect()
 }
 
 /// Runs [`INSERT_MANY`]: one typed array per column, bound in binary.
@@ -370,10 +345,24 @@ const BATCH_PATHS: BatchPaths<Postgres> = BatchPaths {
     run_insert_many: |tx, sql, rows| Box::pin(insert_many(tx, sql, rows)),
     run_complete_many: |tx, sql, now, writes| Box::pin(complete_many(tx, sql, now, writes)),
     complete_running: COMPLETE_RUNNING,
-    run_complete_running: |pool, sql, now, items| Box::pin(complete_running(pool, sql, now, items)),
+    run_complete_running: |pool, sql, now, items| {
+        Box::pin(complete_running(
+            pool,
+            sql,
+            now,
+            items,
+            crate::decode::execution::<Postgres>,
+        ))
+    },
     complete_running_status: COMPLETE_RUNNING_STATUS,
     run_complete_running_status: |pool, sql, now, items| {
-        Box::pin(complete_running_status(pool, sql, now, items))
+        Box::pin(complete_running(
+            pool,
+            sql,
+            now,
+            items,
+            crate::decode::id_and_status::<Postgres>,
+        ))
     },
 };
 

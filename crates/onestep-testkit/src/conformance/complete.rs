@@ -402,34 +402,31 @@ pub async fn complete_many_fences_each_completion_on_its_own<F: BackendFactory>(
     .await
     .unwrap();
     setup.clock.advance(secs(1.0));
-    let item = |l: &onestep_core::execution::ExecutionLease, c| {
-        (l.execution.id, l.attempt_id, l.lease_token, c)
-    };
     let mut stale = leases[1].clone();
     stale.lease_token = uuid::Uuid::new_v4();
     let results = b
         .complete_many(vec![
-            item(
+            batch_item(
                 &leases[0],
                 ExecutionCompletion::Succeeded {
                     result: json!({"n": 0}),
                 },
             ),
-            item(&stale, ExecutionCompletion::Succeeded { result: json!(1) }),
-            item(
+            batch_item(&stale, ExecutionCompletion::Succeeded { result: json!(1) }),
+            batch_item(
                 &leases[2],
                 ExecutionCompletion::Retrying {
                     error: Some(detail("error", "E")),
                     delay_s: Some(5.0),
                 },
             ),
-            item(
+            batch_item(
                 &leases[3],
                 ExecutionCompletion::Succeeded {
                     result: json!("done"),
                 },
             ),
-            item(
+            batch_item(
                 &leases[4],
                 ExecutionCompletion::Failed {
                     error: Some(detail("error", "ValueError")),
@@ -441,7 +438,7 @@ pub async fn complete_many_fences_each_completion_on_its_own<F: BackendFactory>(
                 uuid::Uuid::new_v4(),
                 ExecutionCompletion::Cancelled,
             ),
-            item(
+            batch_item(
                 &leases[5],
                 ExecutionCompletion::Succeeded {
                     result: json!(null),
@@ -522,34 +519,43 @@ pub async fn complete_many_fences_each_completion_on_its_own<F: BackendFactory>(
     assert_eq!(again.version, 2, "the batch wrote exactly once");
 }
 
+/// The leases of a mixed batch on `task`: one whose 1 s lease has ended, then `live` running
+/// under 30 s leases, the second of which (`[1]`) has a cancel request; the clock is 2 s on.
+async fn mixed_batch<B: LeasedExecutionBackend>(
+    b: &B,
+    setup: &Setup,
+    task: &str,
+    live: usize,
+) -> (ExecutionLease, Vec<ExecutionLease>) {
+    for n in 0..=live {
+        submit(b, task, json!(n)).await;
+    }
+    let ending = claim_one(b, task, 1.0).await;
+    let leases = claim(b, task, live, 30.0).await;
+    assert_eq!(leases.len(), live);
+    b.request_cancel(NS, leases[1].execution.id, Some("stop"))
+        .await
+        .unwrap();
+    setup.clock.advance(secs(2.0));
+    (ending, leases)
+}
+
 /// A batch mixing live leases with a cancel request and an ended lease answers each as a
 /// single completion would: the live ones are written, the success after a cancel request
 /// ends cancelled, the ended lease is lost and its execution untouched.
 pub async fn complete_many_decides_cancels_and_ended_leases_on_their_own<F: BackendFactory>(f: &F) {
     let (b, setup) = backend(f).await;
-    for n in 0..4 {
-        submit(&b, "mixed", json!(n)).await;
-    }
-    let ending = claim_one(&b, "mixed", 1.0).await;
-    let leases = claim(&b, "mixed", 3, 30.0).await;
-    assert_eq!(leases.len(), 3);
+    let (ending, leases) = mixed_batch(&b, &setup, "mixed", 3).await;
     let (live, cancelled, retried) = (&leases[0], &leases[1], &leases[2]);
-    b.request_cancel(NS, cancelled.execution.id, Some("stop"))
-        .await
-        .unwrap();
-    setup.clock.advance(secs(2.0));
-    let item = |l: &onestep_core::execution::ExecutionLease, c| {
-        (l.execution.id, l.attempt_id, l.lease_token, c)
-    };
     let success = || ExecutionCompletion::Succeeded {
         result: json!("ok"),
     };
     let results = b
         .complete_many(vec![
-            item(live, success()),
-            item(cancelled, success()),
-            item(&ending, success()),
-            item(
+            batch_item(live, success()),
+            batch_item(cancelled, success()),
+            batch_item(&ending, success()),
+            batch_item(
                 retried,
                 ExecutionCompletion::Retrying {
                     error: Some(detail("error", "E")),
@@ -596,43 +602,31 @@ pub async fn complete_many_statuses_answers_the_status_each_completion_left<F: B
     f: &F,
 ) {
     let (b, setup) = backend(f).await;
-    for n in 0..6 {
-        submit(&b, "statuses", json!(n)).await;
-    }
-    let ending = claim_one(&b, "statuses", 1.0).await;
-    let leases = claim(&b, "statuses", 5, 30.0).await;
-    assert_eq!(leases.len(), 5);
+    let (ending, leases) = mixed_batch(&b, &setup, "statuses", 5).await;
     let (live, cancelled, failed, retried, invalid) =
         (&leases[0], &leases[1], &leases[2], &leases[3], &leases[4]);
-    b.request_cancel(NS, cancelled.execution.id, Some("stop"))
-        .await
-        .unwrap();
-    setup.clock.advance(secs(2.0));
-    let item = |l: &onestep_core::execution::ExecutionLease, c| {
-        (l.execution.id, l.attempt_id, l.lease_token, c)
-    };
     let success = || ExecutionCompletion::Succeeded {
         result: json!({"ok": true}),
     };
     let answers = b
         .complete_many_statuses(vec![
-            item(live, success()),
-            item(cancelled, success()),
-            item(&ending, success()),
-            item(
+            batch_item(live, success()),
+            batch_item(cancelled, success()),
+            batch_item(&ending, success()),
+            batch_item(
                 failed,
                 ExecutionCompletion::Failed {
                     error: Some(detail("error", "F")),
                 },
             ),
-            item(
+            batch_item(
                 retried,
                 ExecutionCompletion::Retrying {
                     error: Some(detail("error", "E")),
                     delay_s: Some(5.0),
                 },
             ),
-            item(
+            batch_item(
                 invalid,
                 ExecutionCompletion::Retrying {
                     error: None,

@@ -118,6 +118,19 @@ async fn complete<B: LeasedExecutionBackend>(
     .await
 }
 
+/// One item of a `complete_many` batch: `lease`'s ids and token with `completion`.
+fn batch_item(
+    lease: &ExecutionLease,
+    completion: ExecutionCompletion,
+) -> (uuid::Uuid, uuid::Uuid, uuid::Uuid, ExecutionCompletion) {
+    (
+        lease.execution.id,
+        lease.attempt_id,
+        lease.lease_token,
+        completion,
+    )
+}
+
 /// `depth` arrays around a number: a value `depth` levels deep, as stored too.
 fn nested(depth: usize) -> Value {
     (0..depth).fold(Value::from(1), |inner, _| Value::Array(vec![inner]))

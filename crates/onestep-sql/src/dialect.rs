@@ -260,6 +260,16 @@ pub trait Dialect: Send + Sync + Sized + 'static {
         Ok("task_name")
     }
 
+    /// Whether batches travel as one JSON array that `JSON_TABLE` joins on the primary key,
+    /// in statements of one shape for every batch size (see `machine::json_batch`), read once
+    /// when the backend opens. `false` (the default): the statements every dialect runs.
+    async fn json_table_batches(
+        _pool: &sqlx::Pool<Self::Db>,
+        _tables: &TableNames,
+    ) -> ExecutionResult<bool> {
+        Ok(false)
+    }
+
     /// Adapts `?` placeholders to the dialect.
     fn render(sql: &str) -> String;
 

@@ -409,6 +409,38 @@ impl Dialect for MySql {
         })
     }
 
+    /// MariaDB (10.7+, whose `UUID` columns compare with hex text by value) with both tables
+    /// keyed by `UUID`. MySQL 8 is left out: its `JSON_TABLE` columns carry their own collation,
+    /// which can clash with a `CHAR(32)` key's, and no MySQL 8 runs where this is tested.
+    async fn json_table_batches(
+        pool: &sqlx::Pool<sqlx::MySql>,
+        tables: &TableNames,
+    ) -> ExecutionResult<bool> {
+        let open = |e: sqlx::Error| {
+            ExecutionError::Connector(Self::connector_error(ConnectorOperation::Open, e))
+        };
+        let raw = server_version(pool).await.map_err(open)?;
+        if schema::mysql_family_dialect(&raw) != schema::Dialect::MariaDb {
+            return Ok(false);
+        }
+        let mut conn = pool.acquire().await.map_err(open)?;
+        for table in [&tables.executions, &tables.attempts] {
+            let rows = show_rows(&mut conn, &format!("SHOW COLUMNS FROM `{table}` LIKE 'id'"))
+                .await
+                .map_err(open)?;
+            let keyed_by_uuid = match rows.first() {
+                Some(row) => show_text(row, "Type")
+                    .map_err(open)?
+                    .eq_ignore_ascii_case("uuid"),
+                None => false,
+            };
+            if !keyed_by_uuid {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
     fn classify(err: &sqlx::Error) -> ConnectorErrorKind {
         if let Some(kind) = classify_common(err) {
             return kind;

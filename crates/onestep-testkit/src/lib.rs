@@ -78,6 +78,7 @@ macro_rules! execution_conformance {
             complete_many_decides_cancels_and_ended_leases_on_their_own,
             complete_many_lets_a_cancel_win_over_an_unstorable_result,
             complete_many_statuses_answers_the_status_each_completion_left,
+            complete_many_stores_every_json_value_exactly,
             heartbeat_many_renews_each_held_lease_on_its_own,
             worker_stores_the_handler_result,
             worker_retries_with_backoff_then_fails_with_the_error_detail,

@@ -254,27 +254,11 @@ impl<D: Dialect> SqlExecutionBackend<D> {
                 return Ok(Vec::new());
             }
             // The rows are locked (FOR UPDATE SKIP LOCKED, or SQLite's write transaction), so
-            // the whole batch starts in two statements: one UPDATE and one multi-row INSERT.
-            let (e, a) = (D::quote(&self.inner.tables.executions), D::quote(&self.inner.tables.attempts));
-            let marks = vec!["?"; rows.len()].join(", ");
-            let cases = vec!["WHEN ? THEN ?"; rows.len()].join(" ");
-            let start = D::render(&format!(
-                "UPDATE {e} SET status = 'running', attempts = attempts + 1, lease_token = CASE id {cases} END, \
-                 lease_expires_at = ?, worker_id = ?, started_at = COALESCE(started_at, ?), updated_at = ?, \
-                 version = version + 1 WHERE id IN ({marks})"
-            ));
-            let insert = D::render(&format!(
-                "INSERT INTO {a} (id, execution_id, attempt_no, lease_token, worker_id, status, error, started_at, \
-                 heartbeat_at, finished_at) VALUES {}",
-                vec!["(?, ?, ?, ?, ?, 'running', NULL, ?, ?, NULL)"; rows.len()].join(", ")
-            ));
-            let mut start_params: Vec<Param> = Vec::with_capacity(rows.len() * 3 + 4);
-            let mut insert_params: Vec<Param> = Vec::with_capacity(rows.len() * 7);
+            // the whole batch starts in two statements: one UPDATE and one INSERT.
             let mut leases = Vec::with_capacity(rows.len());
-            for mut row in rows.clone() {
+            for mut row in rows {
                 let attempt_id = new_row_id();
                 let lease_token = Uuid::new_v4();
-                start_params.extend([row.id.into(), lease_token.into()]);
                 row.status = ExecutionStatus::Running;
                 row.attempts += 1;
                 row.lease_token = Some(lease_token);
@@ -283,26 +267,20 @@ impl<D: Dialect> SqlExecutionBackend<D> {
                 row.started_at = row.started_at.or(Some(now));
                 row.updated_at = now;
                 row.version += 1;
-                insert_params.extend([
-                    attempt_id.into(),
-                    row.id.into(),
-                    row.attempts.into(),
-                    lease_token.into(),
-                    worker_id.clone().into(),
-                    now.into(),
-                    now.into(),
-                ]);
-                leases.push(ExecutionLease { execution: row.to_execution()?, attempt_id, lease_token, lease_expires_at });
+                leases.push((row.attempts, ExecutionLease { execution: row.to_execution()?, attempt_id, lease_token, lease_expires_at }));
             }
-            start_params.extend([lease_expires_at.into(), worker_id.clone().into(), now.into(), now.into()]);
-            start_params.extend(rows.iter().map(|r| Param::from(r.id)));
+            let (start, start_params, insert, insert_params) = match self.json_batches() {
+                Some(json) => self.start_statements_json(json, &leases, lease_expires_at, &worker_id, now),
+                None => self.start_statements(&leases, lease_expires_at, &worker_id, now),
+            };
             let started = D::execute(&mut tx, &start, start_params).await.map_err(db::<D>(op))?;
-            if started != rows.len() as u64 {
+            if started != leases.len() as u64 {
                 return Err(ExecutionError::Backend(
-                    format!("claim updated {started} of {} locked rows", rows.len()).into(),
+                    format!("claim updated {started} of {} locked rows", leases.len()).into(),
                 ));
             }
             D::execute(&mut tx, &insert, insert_params).await.map_err(db::<D>(op))?;
+            let leases: Vec<ExecutionLease> = leases.into_iter().map(|(_, lease)| lease).collect();
             Ok(leases)
         }
         .await;
@@ -311,5 +289,93 @@ impl<D: Dialect> SqlExecutionBackend<D> {
             swept.record();
         }
         out
+    }
+
+    /// The statements that start a claimed batch and insert its attempts, with their
+    /// parameters: an `UPDATE … CASE` and a multi-row `INSERT`, which grow with the batch.
+    /// `leases` pairs each lease with its attempt number.
+    fn start_statements(
+        &self,
+        leases: &[(i32, ExecutionLease)],
+        lease_expires_at: OffsetDateTime,
+        worker_id: &str,
+        now: OffsetDateTime,
+    ) -> (String, Vec<Param>, String, Vec<Param>) {
+        let (e, a) = (
+            D::quote(&self.inner.tables.executions),
+            D::quote(&self.inner.tables.attempts),
+        );
+        let n = leases.len();
+        let marks = vec!["?"; n].join(", ");
+        let cases = vec!["WHEN ? THEN ?"; n].join(" ");
+        let start = D::render(&format!(
+            "UPDATE {e} SET status = 'running', attempts = attempts + 1, lease_token = CASE id {cases} END, \
+             lease_expires_at = ?, worker_id = ?, started_at = COALESCE(started_at, ?), updated_at = ?, \
+             version = version + 1 WHERE id IN ({marks})"
+        ));
+        let insert = D::render(&format!(
+            "INSERT INTO {a} (id, execution_id, attempt_no, lease_token, worker_id, status, error, started_at, \
+             heartbeat_at, finished_at) VALUES {}",
+            vec!["(?, ?, ?, ?, ?, 'running', NULL, ?, ?, NULL)"; n].join(", ")
+        ));
+        let mut start_params: Vec<Param> = Vec::with_capacity(n * 3 + 4);
+        let mut insert_params: Vec<Param> = Vec::with_capacity(n * 7);
+        for (attempt_no, lease) in leases {
+            start_params.extend([lease.execution.id.into(), lease.lease_token.into()]);
+            insert_params.extend([
+                lease.attempt_id.into(),
+                lease.execution.id.into(),
+                (*attempt_no).into(),
+                lease.lease_token.into(),
+                worker_id.into(),
+                now.into(),
+                now.into(),
+            ]);
+        }
+        start_params.extend([
+            lease_expires_at.into(),
+            worker_id.into(),
+            now.into(),
+            now.into(),
+        ]);
+        start_params.extend(leases.iter().map(|(_, l)| Param::from(l.execution.id)));
+        (start, start_params, insert, insert_params)
+    }
+
+    /// [`Self::start_statements`] as MariaDB's statements of one shape, the batch as JSON.
+    fn start_statements_json(
+        &self,
+        json: &super::json_batch::JsonStatements,
+        leases: &[(i32, ExecutionLease)],
+        lease_expires_at: OffsetDateTime,
+        worker_id: &str,
+        now: OffsetDateTime,
+    ) -> (String, Vec<Param>, String, Vec<Param>) {
+        use super::json_batch::{batch, id, item};
+        let started = batch(
+            leases
+                .iter()
+                .map(|(_, l)| item([("i", id(l.execution.id)), ("t", id(l.lease_token))])),
+        );
+        let attempts = batch(leases.iter().map(|(attempt_no, l)| {
+            item([
+                ("a", id(l.attempt_id)),
+                ("i", id(l.execution.id)),
+                ("n", Value::from(*attempt_no)),
+                ("t", id(l.lease_token)),
+            ])
+        }));
+        (
+            json.start.clone(),
+            vec![
+                started.into(),
+                lease_expires_at.into(),
+                worker_id.into(),
+                now.into(),
+                now.into(),
+            ],
+            json.attempts.clone(),
+            vec![worker_id.into(), now.into(), now.into(), attempts.into()],
+        )
     }
 }

@@ -1,6 +1,7 @@
 //! Completing an attempt: one completion, or a batch written with a fixed number of statements
 //! (one on PostgreSQL, one per table elsewhere).
 
+use super::json_batch;
 use super::lease::LockedBatch;
 use super::*;
 use crate::dialect::RunningCompletion;
@@ -69,6 +70,16 @@ impl Answer for ExecutionStatus {
     fn status(&self) -> ExecutionStatus {
         *self
     }
+}
+
+/// Fails unless a batched completion's statement `verb` all `n` of its `what` (`done` rows).
+fn all_written(verb: &str, done: u64, what: &str, n: usize) -> ExecutionResult<()> {
+    if done == n as u64 {
+        return Ok(());
+    }
+    Err(ExecutionError::Backend(
+        format!("batched completion {verb} {done} of {n} {what}").into(),
+    ))
 }
 
 /// Completes one after another with `complete`, each answered on its own as `A`.
@@ -482,12 +493,36 @@ impl<D: Dialect> SqlExecutionBackend<D> {
                     })
                     .collect();
                 let (changed, finished) = (paths.run_complete_many)(&mut tx, statements, now, &writes).await.map_err(db::<D>(op))?;
-                if changed != n as u64 {
-                    return Err(ExecutionError::Backend(format!("batched completion updated {changed} of {n} locked rows").into()));
-                }
-                if finished != n as u64 {
-                    return Err(ExecutionError::Backend(format!("batched completion finished {finished} of {n} attempts").into()));
-                }
+                all_written("updated", changed, "locked rows", n)?;
+                all_written("finished", finished, "attempts", n)?;
+            } else if let (false, Some(json)) = (accepted.is_empty(), self.json_batches()) {
+                use json_batch::{batch, datetime, document, id, item};
+                let n = accepted.len();
+                let executions = batch(accepted.iter().map(|(_, row, change)| {
+                    item([
+                        ("i", id(row.id)),
+                        ("s", Value::from(change.status.as_str())),
+                        ("r", document(change.result.as_ref())),
+                        ("x", document(change.error.as_ref())),
+                        ("v", datetime(Some(change.available_at))),
+                        ("f", datetime(change.finished_at)),
+                    ])
+                }));
+                let changed = D::execute(&mut tx, &json.complete_executions, vec![executions.into(), now.into()])
+                    .await
+                    .map_err(db::<D>(op))?;
+                all_written("updated", changed, "locked rows", n)?;
+                let attempts = batch(accepted.iter().map(|(index, _, change)| {
+                    item([
+                        ("a", id(completions[*index].1)),
+                        ("s", Value::from(change.attempt_status.as_str())),
+                        ("x", document(change.error.as_ref())),
+                    ])
+                }));
+                let finished = D::execute(&mut tx, &json.complete_attempts, vec![attempts.into(), now.into()])
+                    .await
+                    .map_err(db::<D>(op))?;
+                all_written("finished", finished, "attempts", n)?;
             } else if !accepted.is_empty() {
                 let n = accepted.len();
                 let when = vec!["WHEN ? THEN ?"; n].join(" ");
@@ -517,9 +552,7 @@ impl<D: Dialect> SqlExecutionBackend<D> {
                 p.push(now.into());
                 p.extend(accepted.iter().map(|(_, row, _)| Param::from(row.id)));
                 let changed = D::execute(&mut tx, &update, p).await.map_err(db::<D>(op))?;
-                if changed != n as u64 {
-                    return Err(ExecutionError::Backend(format!("batched completion updated {changed} of {n} locked rows").into()));
-                }
+                all_written("updated", changed, "locked rows", n)?;
                 let finish = D::render(&format!(
                     "UPDATE {a} SET status = CASE id {when} END, error = CASE id {when} END, finished_at = ? \
                      WHERE id IN ({in_marks}) AND status = 'running'"
@@ -534,9 +567,7 @@ impl<D: Dialect> SqlExecutionBackend<D> {
                 p.push(now.into());
                 p.extend(accepted.iter().map(|(index, ..)| Param::from(completions[*index].1)));
                 let finished = D::execute(&mut tx, &finish, p).await.map_err(db::<D>(op))?;
-                if finished != n as u64 {
-                    return Err(ExecutionError::Backend(format!("batched completion finished {finished} of {n} attempts").into()));
-                }
+                all_written("finished", finished, "attempts", n)?;
             }
             let mut out = Vec::with_capacity(completions.len());
             let mut accepted_iter = accepted.into_iter().peekable();

@@ -2,6 +2,7 @@
 
 use std::collections::HashMap;
 
+use super::json_batch;
 use super::*;
 
 /// The executions of a batch of leases, locked by [`SqlExecutionBackend::lock_batch`].
@@ -123,8 +124,20 @@ impl<D: Dialect> SqlExecutionBackend<D> {
             true => None,
             false => Some(self.now(tx, op).await?),
         };
-        let (statement, params) = match &self.inner.statements.lock_leases {
-            Some(template) => {
+        let (statement, params) = match (&self.inner.statements.lock_leases, self.json_batches()) {
+            (_, Some(json)) => {
+                // In id order: the rows are locked in the array's order.
+                let mut pairs: Vec<(Uuid, Uuid)> = pairs.collect();
+                pairs.sort_unstable();
+                let list = json_batch::batch(pairs.into_iter().map(|(execution, attempt)| {
+                    json_batch::item([
+                        ("i", json_batch::id(execution)),
+                        ("a", json_batch::id(attempt)),
+                    ])
+                }));
+                (json.lock_leases.clone(), vec![Param::Text(list)])
+            }
+            (Some(template), None) => {
                 let list = |ids: &mut dyn Iterator<Item = Uuid>| {
                     ids.map(|id| id.to_string()).collect::<Vec<_>>().join(",")
                 };
@@ -134,7 +147,7 @@ impl<D: Dialect> SqlExecutionBackend<D> {
                 ];
                 (template.clone(), params)
             }
-            None => {
+            (None, None) => {
                 let attempt_ids: Vec<Param> = pairs.clone().map(|p| Param::from(p.1)).collect();
                 let template = sql::LOCK_LEASES_MANY.replace(
                     "{attempt_ids}",
@@ -210,17 +223,35 @@ impl<D: Dialect> SqlExecutionBackend<D> {
                 .collect();
             if !held.is_empty() {
                 let n = held.len() as u64;
-                let (renew, ids) = self.over_ids(sql::HEARTBEAT_MANY, held.iter().map(|h| h.0));
-                let renewed = D::execute(
-                    &mut tx,
-                    &renew,
-                    [vec![expires.into(), now.into()], ids].concat(),
-                )
-                .await
-                .map_err(db::<D>(op))?;
-                let (beat, ids) =
-                    self.over_ids(sql::HEARTBEAT_ATTEMPTS_MANY, held.iter().map(|h| h.1));
-                let beaten = D::execute(&mut tx, &beat, [vec![now.into()], ids].concat())
+                let (renew, renew_params, beat, beat_params) = match self.json_batches() {
+                    Some(json) => {
+                        let executions =
+                            json_batch::batch(held.iter().map(|h| json_batch::id(h.0)));
+                        let attempts = json_batch::batch(held.iter().map(|h| json_batch::id(h.1)));
+                        (
+                            json.heartbeat.clone(),
+                            vec![executions.into(), expires.into(), now.into()],
+                            json.heartbeat_attempts.clone(),
+                            vec![attempts.into(), now.into()],
+                        )
+                    }
+                    None => {
+                        let (renew, ids) =
+                            self.over_ids(sql::HEARTBEAT_MANY, held.iter().map(|h| h.0));
+                        let (beat, attempt_ids) =
+                            self.over_ids(sql::HEARTBEAT_ATTEMPTS_MANY, held.iter().map(|h| h.1));
+                        (
+                            renew,
+                            [vec![expires.into(), now.into()], ids].concat(),
+                            beat,
+                            [vec![now.into()], attempt_ids].concat(),
+                        )
+                    }
+                };
+                let renewed = D::execute(&mut tx, &renew, renew_params)
+                    .await
+                    .map_err(db::<D>(op))?;
+                let beaten = D::execute(&mut tx, &beat, beat_params)
                     .await
                     .map_err(db::<D>(op))?;
                 if renewed != n || beaten != n {

@@ -12,6 +12,7 @@
 //! | `progress` | the additive progress column: added with the tables, written by reports, read by the API |
 //! | `inspect` | the [`ExecutionInspector`](onestep_core::execution::ExecutionInspector) reads of a dashboard and the queue-depth metrics |
 //! | `statements` | every statement, rendered once for the tables and dialect |
+//! | `json_batch` | MariaDB's batch statements of one shape, the batch as one `JSON_TABLE` array |
 //!
 //! This file holds the backend itself, its options, and the transaction helpers every module
 //! uses.
@@ -21,6 +22,7 @@ mod backend;
 mod claim;
 mod complete;
 mod inspect;
+mod json_batch;
 mod lease;
 mod maintain;
 mod progress;
@@ -193,6 +195,9 @@ struct Inner<D: Dialect> {
     claim_column: std::sync::OnceLock<ClaimColumn>,
     /// Whether the executions table has the progress column, learned when the backend opens.
     progress_column: std::sync::atomic::AtomicBool,
+    /// Whether batches run through `statements.json` ([`Dialect::json_table_batches`]),
+    /// learned when the backend opens.
+    json_batches: std::sync::atomic::AtomicBool,
     opens: AtomicUsize,
     last_maintenance: std::sync::Mutex<Option<std::time::Instant>>,
     /// When the expiry sweep last ran in this process.
@@ -379,6 +384,7 @@ impl<D: Dialect> SqlExecutionBackend<D> {
                 ready: AsyncMutex::new(false),
                 claim_column: std::sync::OnceLock::new(),
                 progress_column: std::sync::atomic::AtomicBool::new(false),
+                json_batches: std::sync::atomic::AtomicBool::new(false),
                 opens: AtomicUsize::new(0),
                 last_maintenance: std::sync::Mutex::new(None),
                 last_expiry_sweep: std::sync::Mutex::new(None),
@@ -402,6 +408,16 @@ impl<D: Dialect> SqlExecutionBackend<D> {
         &self.inner.tables
     }
 
+    /// MariaDB's batch statements of one shape, where the backend opened on a server and
+    /// tables that allow them ([`Dialect::json_table_batches`]).
+    fn json_batches(&self) -> Option<&json_batch::JsonStatements> {
+        self.inner
+            .statements
+            .json
+            .as_ref()
+            .filter(|_| self.inner.json_batches.load(Ordering::Relaxed))
+    }
+
     /// Makes the backend ready once: checks the server, then creates or checks the tables.
     async fn pool(&self) -> ExecutionResult<sqlx::Pool<D::Db>> {
         let pool = self.inner.connector.pool()?;
@@ -414,6 +430,8 @@ impl<D: Dialect> SqlExecutionBackend<D> {
                 .inner
                 .claim_column
                 .set(ClaimColumn::new(column, &self.inner.statements));
+            let json = D::json_table_batches(&pool, &self.inner.tables).await?;
+            self.inner.json_batches.store(json, Ordering::Relaxed);
             let progress = self.ensure_progress_column(&pool).await?;
             self.inner
                 .progress_column

@@ -33,6 +33,9 @@ pub(super) struct Statements {
     pub(super) complete_running_status: Option<String>,
     /// The dialect's one-statement lock and read of a batch of leases, if it has one.
     pub(super) lock_leases: Option<String>,
+    /// MySQL/MariaDB: the batch statements of one shape, used where the server and the
+    /// tables allow them (see `json_batch`).
+    pub(super) json: Option<super::json_batch::JsonStatements>,
     pub(super) heartbeat: String,
     pub(super) heartbeat_attempt: String,
     pub(super) get_running_attempt: String,
@@ -70,6 +73,9 @@ impl Statements {
             complete_running: D::BATCH_PATHS.map(|b| r(b.complete_running)),
             complete_running_status: D::BATCH_PATHS.map(|b| r(b.complete_running_status)),
             lock_leases: D::BATCH_PATHS.map(|b| r(b.lock_leases)),
+            json: D::SCHEMA
+                .is_mysql_family()
+                .then(|| super::json_batch::JsonStatements::new::<D>(&e, &a)),
             heartbeat: r(sql::HEARTBEAT),
             heartbeat_attempt: r(sql::HEARTBEAT_ATTEMPT),
             get_running_attempt: r(sql::GET_RUNNING_ATTEMPT),

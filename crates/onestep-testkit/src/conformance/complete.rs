@@ -732,3 +732,67 @@ pub async fn complete_many_lets_a_cancel_win_over_an_unstorable_result<F: Backen
         ExecutionStatus::Running
     );
 }
+
+/// A batch of completions stores every result and error exactly as one completion would:
+/// text beyond ASCII, escapes, control characters, the largest integers, nesting, JSON `null`,
+/// a bare string.
+pub async fn complete_many_stores_every_json_value_exactly<F: BackendFactory>(f: &F) {
+    let (b, _) = backend(f).await;
+    for n in 0..4 {
+        submit(&b, "values", json!(n)).await;
+    }
+    let leases = claim(&b, "values", 4, 30.0).await;
+    assert_eq!(leases.len(), 4);
+    let rich = json!({
+        "text": "é ü 中文 😀 \"quoted\" back\\slash\nline\ttab \u{1}\u{7f}",
+        "big": u64::MAX,
+        "neg": i64::MIN,
+        "float": -0.25,
+        "nested": [[["deep"]], {}, []],
+        "null": null,
+    });
+    let mut failure = detail("error", "Fehler_ü_😀");
+    failure.backend = Some("«quoted» \"twice\" \\ 😀".into());
+    let results = b
+        .complete_many(vec![
+            batch_item(
+                &leases[0],
+                ExecutionCompletion::Succeeded {
+                    result: rich.clone(),
+                },
+            ),
+            batch_item(
+                &leases[1],
+                ExecutionCompletion::Succeeded {
+                    result: json!("bare string ☃"),
+                },
+            ),
+            batch_item(
+                &leases[2],
+                ExecutionCompletion::Failed {
+                    error: Some(failure.clone()),
+                },
+            ),
+            batch_item(
+                &leases[3],
+                ExecutionCompletion::Retrying {
+                    error: Some(failure.clone()),
+                    delay_s: Some(1.0),
+                },
+            ),
+        ])
+        .await
+        .unwrap();
+    let stored = |i: usize| b.get(NS, leases[i].execution.id);
+    assert_eq!(stored(0).await.unwrap().unwrap().result, Some(rich));
+    assert_eq!(
+        stored(1).await.unwrap().unwrap().result,
+        Some(json!("bare string ☃"))
+    );
+    for (i, status) in [(2, ExecutionStatus::Failed), (3, ExecutionStatus::Retrying)] {
+        let row = stored(i).await.unwrap().unwrap();
+        assert_eq!(row.status, status, "completion {i}");
+        assert_eq!(row.error.as_ref(), Some(&failure), "completion {i}");
+        assert_eq!(results[i].as_ref().unwrap(), &row, "completion {i}");
+    }
+}

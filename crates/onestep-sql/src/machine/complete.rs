@@ -82,6 +82,14 @@ fn all_written(verb: &str, done: u64, what: &str, n: usize) -> ExecutionResult<(
     ))
 }
 
+/// Where [`SqlExecutionBackend::complete_running`] writes.
+enum RunningPath<'s, D: Dialect> {
+    /// The dialect's one statement that commits by itself (PostgreSQL).
+    OneStatement(&'s str, crate::dialect::BatchPaths<D>),
+    /// MariaDB's two fenced writes in one transaction.
+    Fenced(&'s json_batch::JsonStatements),
+}
+
 /// Completes one after another with `complete`, each answered on its own as `A`.
 async fn complete_each<D: Dialect, A: Answer>(
     backend: &SqlExecutionBackend<D>,
@@ -317,15 +325,16 @@ impl<D: Dialect> SqlExecutionBackend<D> {
         completions: &[(Uuid, Uuid, Uuid, ExecutionCompletion)],
     ) -> ExecutionResult<Option<Vec<Option<ExecutionResult<A>>>>> {
         let statements = &self.inner.statements;
-        let (Some(sql), Some(paths)) = (
-            if A::STATUS_ONLY {
-                &statements.complete_running_status
-            } else {
-                &statements.complete_running
-            },
-            D::BATCH_PATHS,
-        ) else {
-            return Ok(None);
+        let one_statement = if A::STATUS_ONLY {
+            &statements.complete_running_status
+        } else {
+            &statements.complete_running
+        };
+        let path = match (one_statement, D::BATCH_PATHS, self.json_batches()) {
+            (Some(sql), Some(paths), _) => RunningPath::OneStatement(sql, paths),
+            // MariaDB answers no written rows, so only statuses come from its fenced writes.
+            (_, None, Some(json)) if A::STATUS_ONLY => RunningPath::Fenced(json),
+            _ => return Ok(None),
         };
         let limits = &self.inner.options.limits;
         let mut results: Vec<Option<ExecutionResult<A>>> =
@@ -399,27 +408,42 @@ impl<D: Dialect> SqlExecutionBackend<D> {
             .collect();
         if !items.is_empty() {
             let op = ConnectorOperation::Ack;
-            let pool = self.pool().await?;
-            let now = self
-                .inner
-                .options
-                .clock
-                .as_ref()
-                .map(|_| self.process_now());
-            let mut written: std::collections::HashMap<Uuid, Written> = if A::STATUS_ONLY {
-                (paths.run_complete_running_status)(&pool, sql, now, &items)
-                    .await
-                    .map_err(db::<D>(op))?
-                    .into_iter()
-                    .map(|(id, status)| (id, Written::Status(status)))
-                    .collect()
-            } else {
-                (paths.run_complete_running)(&pool, sql, now, &items)
-                    .await
-                    .map_err(db::<D>(op))?
-                    .into_iter()
-                    .map(|row| (row.id, Written::Row(Box::new(row))))
-                    .collect()
+            let mut written: std::collections::HashMap<Uuid, Written> = match path {
+                RunningPath::OneStatement(sql, paths) => {
+                    let pool = self.pool().await?;
+                    let now = self
+                        .inner
+                        .options
+                        .clock
+                        .as_ref()
+                        .map(|_| self.process_now());
+                    if A::STATUS_ONLY {
+                        (paths.run_complete_running_status)(&pool, sql, now, &items)
+                            .await
+                            .map_err(db::<D>(op))?
+                            .into_iter()
+                            .map(|(id, status)| (id, Written::Status(status)))
+                            .collect()
+                    } else {
+                        (paths.run_complete_running)(&pool, sql, now, &items)
+                            .await
+                            .map_err(db::<D>(op))?
+                            .into_iter()
+                            .map(|row| (row.id, Written::Row(Box::new(row))))
+                            .collect()
+                    }
+                }
+                RunningPath::Fenced(json) => {
+                    match self.complete_running_fenced(json, &items).await? {
+                        true => changes
+                            .iter()
+                            .map(|(index, change, _)| {
+                                (completions[*index].0, Written::Status(change.status))
+                            })
+                            .collect(),
+                        false => std::collections::HashMap::new(),
+                    }
+                }
             };
             for (index, ..) in &changes {
                 if let Some(row) = written.remove(&completions[*index].0) {
@@ -428,6 +452,70 @@ impl<D: Dialect> SqlExecutionBackend<D> {
             }
         }
         Ok(Some(results))
+    }
+
+    /// MariaDB's form of [`Self::complete_running`]: one transaction with two fenced writes of
+    /// one shape, the executions, then their attempts. It commits only when every item was
+    /// written (`true`); otherwise it rolls back (`false`), and [`Self::complete_locked`]
+    /// decides them all on their locked rows.
+    async fn complete_running_fenced(
+        &self,
+        json: &json_batch::JsonStatements,
+        items: &[RunningCompletion<'_>],
+    ) -> ExecutionResult<bool> {
+        use json_batch::{batch, datetime, document, id, item};
+        let op = ConnectorOperation::Ack;
+        let n = items.len();
+        let mut tx = self.begin(op).await?;
+        let out: ExecutionResult<bool> = async {
+            let now = self.now(&mut tx, op).await?;
+            let executions = batch(items.iter().map(|c| {
+                let retry_at = c
+                    .retry_after_us
+                    .map(|us| now + time::Duration::microseconds(us));
+                item([
+                    ("i", id(c.execution_id)),
+                    ("t", id(c.lease_token)),
+                    ("s", Value::from(c.status)),
+                    ("r", document(c.result)),
+                    ("x", document(c.error)),
+                    ("v", datetime(retry_at)),
+                    ("f", datetime(c.retry_after_us.is_none().then_some(now))),
+                ])
+            }));
+            let params = vec![executions.into(), now.into(), now.into()];
+            let changed = D::execute(&mut tx, &json.complete_running_executions, params)
+                .await
+                .map_err(db::<D>(op))?;
+            if changed != n as u64 {
+                return Ok(false);
+            }
+            let attempts = batch(items.iter().map(|c| {
+                item([
+                    ("a", id(c.attempt_id)),
+                    ("i", id(c.execution_id)),
+                    ("t", id(c.lease_token)),
+                    ("s", Value::from(c.attempt_status)),
+                    ("x", document(c.error)),
+                ])
+            }));
+            let finished = D::execute(
+                &mut tx,
+                &json.complete_running_attempts,
+                vec![attempts.into(), now.into()],
+            )
+            .await
+            .map_err(db::<D>(op))?;
+            Ok(finished == n as u64)
+        }
+        .await;
+        if let Ok(false) = out {
+            if let Err(rollback) = tx.rollback().await {
+                tracing::debug!(error = %rollback, "rollback of a partly fenced completion failed");
+            }
+            return Ok(false);
+        }
+        Self::finish(tx, out, op).await
     }
 
     /// Completes distinct executions in one transaction: lock them all (in id order), decide each

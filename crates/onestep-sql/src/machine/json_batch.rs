@@ -53,6 +53,25 @@ const COMPLETE_ATTEMPTS: &str = "UPDATE {a} y JOIN JSON_TABLE(?, '$[*]' COLUMNS 
 a CHAR(36) PATH '$.a', s VARCHAR(32) PATH '$.s', x LONGTEXT PATH '$.x')) v ON y.id = v.a \
 SET y.status = v.s, y.error = v.x, y.finished_at = ? WHERE y.status = 'running'";
 
+/// Writes completions to the executions that still run under their leases, each fenced in
+/// the `WHERE` (running, under the item's lease token `t`, the lease not ended); the rest are
+/// left alone. Parameters: the batch (`i`, `t`, `s`, `r`, `x` as in [`COMPLETE_EXECUTIONS`],
+/// `v` the retry's `available_at` or `NULL` to keep it, `f`), now, now.
+const COMPLETE_RUNNING_EXECUTIONS: &str = "UPDATE {e} e JOIN JSON_TABLE(?, '$[*]' COLUMNS (\
+i CHAR(36) PATH '$.i', t CHAR(36) PATH '$.t', s VARCHAR(32) PATH '$.s', r LONGTEXT PATH '$.r', \
+x LONGTEXT PATH '$.x', v DATETIME(6) PATH '$.v', f DATETIME(6) PATH '$.f')) v ON e.id = v.i \
+SET e.status = v.s, e.result = v.r, e.error = v.x, \
+e.available_at = COALESCE(v.v, e.available_at), e.finished_at = v.f, e.updated_at = ?, \
+e.version = e.version + 1, e.lease_token = NULL, e.lease_expires_at = NULL, e.worker_id = NULL \
+WHERE e.status = 'running' AND e.lease_token = v.t AND e.lease_expires_at > ?";
+
+/// Finishes the attempts of [`COMPLETE_RUNNING_EXECUTIONS`], each fenced by its execution `i`
+/// and lease token `t`. Parameters: the batch (`a`, `i`, `t`, `s`, `x`), then now.
+const COMPLETE_RUNNING_ATTEMPTS: &str = "UPDATE {a} y JOIN JSON_TABLE(?, '$[*]' COLUMNS (\
+a CHAR(36) PATH '$.a', i CHAR(36) PATH '$.i', t CHAR(36) PATH '$.t', s VARCHAR(32) PATH '$.s', \
+x LONGTEXT PATH '$.x')) v ON y.id = v.a SET y.status = v.s, y.error = v.x, y.finished_at = ? \
+WHERE y.status = 'running' AND y.execution_id = v.i AND y.lease_token = v.t";
+
 /// `sql::HEARTBEAT_MANY` over the batch (an array of ids). Parameters: the batch, then
 /// `lease_expires_at`, now.
 const HEARTBEAT: &str = "UPDATE {e} e JOIN JSON_TABLE(?, '$[*]' COLUMNS (i CHAR(36) PATH '$')) v \
@@ -71,6 +90,8 @@ pub(super) struct JsonStatements {
     pub(super) lock_leases: String,
     pub(super) complete_executions: String,
     pub(super) complete_attempts: String,
+    pub(super) complete_running_executions: String,
+    pub(super) complete_running_attempts: String,
     pub(super) heartbeat: String,
     pub(super) heartbeat_attempts: String,
 }
@@ -93,6 +114,8 @@ impl JsonStatements {
             lock_leases: r(LOCK_LEASES),
             complete_executions: r(COMPLETE_EXECUTIONS),
             complete_attempts: r(COMPLETE_ATTEMPTS),
+            complete_running_executions: r(COMPLETE_RUNNING_EXECUTIONS),
+            complete_running_attempts: r(COMPLETE_RUNNING_ATTEMPTS),
             heartbeat: r(HEARTBEAT),
             heartbeat_attempts: r(HEARTBEAT_ATTEMPTS),
         }

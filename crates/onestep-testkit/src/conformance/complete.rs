@@ -733,16 +733,12 @@ pub async fn complete_many_lets_a_cancel_win_over_an_unstorable_result<F: Backen
     );
 }
 
-/// A batch of completions stores every result and error exactly as one completion would:
-/// text beyond ASCII, escapes, control characters, the largest integers, nesting, JSON `null`,
-/// a bare string.
+/// A batch of completions stores every result and error exactly as one completion would, through
+/// `complete_many` and through a worker's `complete_many_statuses` alike: text beyond ASCII,
+/// escapes, control characters, the largest integers, nesting, JSON `null`, a bare string; a
+/// retry keeps its error and is due after its delay.
 pub async fn complete_many_stores_every_json_value_exactly<F: BackendFactory>(f: &F) {
-    let (b, _) = backend(f).await;
-    for n in 0..4 {
-        submit(&b, "values", json!(n)).await;
-    }
-    let leases = claim(&b, "values", 4, 30.0).await;
-    assert_eq!(leases.len(), 4);
+    let (b, setup) = backend(f).await;
     let rich = json!({
         "text": "é ü 中文 😀 \"quoted\" back\\slash\nline\ttab \u{1}\u{7f}",
         "big": u64::MAX,
@@ -753,8 +749,14 @@ pub async fn complete_many_stores_every_json_value_exactly<F: BackendFactory>(f:
     });
     let mut failure = detail("error", "Fehler_ü_😀");
     failure.backend = Some("«quoted» \"twice\" \\ 😀".into());
-    let results = b
-        .complete_many(vec![
+    for statuses in [false, true] {
+        let task = format!("values-{statuses}");
+        for n in 0..4 {
+            submit(&b, &task, json!(n)).await;
+        }
+        let leases = claim(&b, &task, 4, 30.0).await;
+        assert_eq!(leases.len(), 4);
+        let batch = vec![
             batch_item(
                 &leases[0],
                 ExecutionCompletion::Succeeded {
@@ -777,22 +779,51 @@ pub async fn complete_many_stores_every_json_value_exactly<F: BackendFactory>(f:
                 &leases[3],
                 ExecutionCompletion::Retrying {
                     error: Some(failure.clone()),
-                    delay_s: Some(1.0),
+                    delay_s: Some(1.5),
                 },
             ),
-        ])
-        .await
-        .unwrap();
-    let stored = |i: usize| b.get(NS, leases[i].execution.id);
-    assert_eq!(stored(0).await.unwrap().unwrap().result, Some(rich));
-    assert_eq!(
-        stored(1).await.unwrap().unwrap().result,
-        Some(json!("bare string ☃"))
-    );
-    for (i, status) in [(2, ExecutionStatus::Failed), (3, ExecutionStatus::Retrying)] {
-        let row = stored(i).await.unwrap().unwrap();
-        assert_eq!(row.status, status, "completion {i}");
-        assert_eq!(row.error.as_ref(), Some(&failure), "completion {i}");
-        assert_eq!(results[i].as_ref().unwrap(), &row, "completion {i}");
+        ];
+        let answers: Vec<ExecutionStatus> = if statuses {
+            b.complete_many_statuses(batch).await.unwrap()
+        } else {
+            let done = b.complete_many(batch).await.unwrap();
+            done.into_iter().map(|d| d.map(|d| d.status)).collect()
+        }
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+        let expected = [
+            (ExecutionStatus::Succeeded, Some(rich.clone()), None),
+            (
+                ExecutionStatus::Succeeded,
+                Some(json!("bare string ☃")),
+                None,
+            ),
+            (ExecutionStatus::Failed, None, Some(failure.clone())),
+            (ExecutionStatus::Retrying, None, Some(failure.clone())),
+        ];
+        for (i, (status, result, error)) in expected.into_iter().enumerate() {
+            let row = b.get(NS, leases[i].execution.id).await.unwrap().unwrap();
+            assert_eq!(answers[i], status, "answer {i} (statuses: {statuses})");
+            assert_eq!(
+                (row.status, row.result, row.error),
+                (status, result, error),
+                "stored {i} (statuses: {statuses})"
+            );
+            let l = &leases[i];
+            let beat = b
+                .heartbeat(l.execution.id, l.attempt_id, l.lease_token, secs(30.0))
+                .await;
+            assert!(
+                beat.is_err_and(|e| e.is_lease_lost()),
+                "lease {i} ended (statuses: {statuses})"
+            );
+        }
+        let retried = b.get(NS, leases[3].execution.id).await.unwrap().unwrap();
+        assert_eq!(
+            (retried.available_at, retried.finished_at),
+            (after(&setup, 1.5), None),
+            "statuses: {statuses}"
+        );
     }
 }

@@ -351,20 +351,16 @@ impl<D: Dialect> SqlExecutionBackend<D> {
         worker_id: &str,
         now: OffsetDateTime,
     ) -> (String, Vec<Param>, String, Vec<Param>) {
-        use super::json_batch::{batch, id, item};
-        let started = batch(
-            leases
-                .iter()
-                .map(|(_, l)| item([("i", id(l.execution.id)), ("t", id(l.lease_token))])),
-        );
-        let attempts = batch(leases.iter().map(|(attempt_no, l)| {
-            item([
-                ("a", id(l.attempt_id)),
-                ("i", id(l.execution.id)),
-                ("n", Value::from(*attempt_no)),
-                ("t", id(l.lease_token)),
-            ])
-        }));
+        use super::json_batch::batch;
+        let started = batch(leases, |f, (_, l)| {
+            f.id("i", l.execution.id).id("t", l.lease_token);
+        });
+        let attempts = batch(leases, |f, (attempt_no, l)| {
+            f.id("a", l.attempt_id)
+                .id("i", l.execution.id)
+                .int("n", i64::from(*attempt_no))
+                .id("t", l.lease_token);
+        });
         (
             json.start.clone(),
             vec![

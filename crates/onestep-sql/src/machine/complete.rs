@@ -463,26 +463,24 @@ impl<D: Dialect> SqlExecutionBackend<D> {
         json: &json_batch::JsonStatements,
         items: &[RunningCompletion<'_>],
     ) -> ExecutionResult<bool> {
-        use json_batch::{batch, datetime, document, id, item};
+        use json_batch::batch;
         let op = ConnectorOperation::Ack;
         let n = items.len();
         let mut tx = self.begin(op).await?;
         let out: ExecutionResult<bool> = async {
             let now = self.now(&mut tx, op).await?;
-            let executions = batch(items.iter().map(|c| {
+            let executions = batch(items, |f, c| {
                 let retry_at = c
                     .retry_after_us
                     .map(|us| now + time::Duration::microseconds(us));
-                item([
-                    ("i", id(c.execution_id)),
-                    ("t", id(c.lease_token)),
-                    ("s", Value::from(c.status)),
-                    ("r", document(c.result)),
-                    ("x", document(c.error)),
-                    ("v", datetime(retry_at)),
-                    ("f", datetime(c.retry_after_us.is_none().then_some(now))),
-                ])
-            }));
+                f.id("i", c.execution_id)
+                    .id("t", c.lease_token)
+                    .text("s", c.status)
+                    .document("r", c.result)
+                    .document("x", c.error)
+                    .datetime("v", retry_at)
+                    .datetime("f", c.retry_after_us.is_none().then_some(now));
+            });
             let params = vec![executions.into(), now.into(), now.into()];
             let changed = D::execute(&mut tx, &json.complete_running_executions, params)
                 .await
@@ -490,15 +488,13 @@ impl<D: Dialect> SqlExecutionBackend<D> {
             if changed != n as u64 {
                 return Ok(false);
             }
-            let attempts = batch(items.iter().map(|c| {
-                item([
-                    ("a", id(c.attempt_id)),
-                    ("i", id(c.execution_id)),
-                    ("t", id(c.lease_token)),
-                    ("s", Value::from(c.attempt_status)),
-                    ("x", document(c.error)),
-                ])
-            }));
+            let attempts = batch(items, |f, c| {
+                f.id("a", c.attempt_id)
+                    .id("i", c.execution_id)
+                    .id("t", c.lease_token)
+                    .text("s", c.attempt_status)
+                    .document("x", c.error);
+            });
             let finished = D::execute(
                 &mut tx,
                 &json.complete_running_attempts,
@@ -584,29 +580,25 @@ impl<D: Dialect> SqlExecutionBackend<D> {
                 all_written("updated", changed, "locked rows", n)?;
                 all_written("finished", finished, "attempts", n)?;
             } else if let (false, Some(json)) = (accepted.is_empty(), self.json_batches()) {
-                use json_batch::{batch, datetime, document, id, item};
+                use json_batch::batch;
                 let n = accepted.len();
-                let executions = batch(accepted.iter().map(|(_, row, change)| {
-                    item([
-                        ("i", id(row.id)),
-                        ("s", Value::from(change.status.as_str())),
-                        ("r", document(change.result.as_ref())),
-                        ("x", document(change.error.as_ref())),
-                        ("v", datetime(Some(change.available_at))),
-                        ("f", datetime(change.finished_at)),
-                    ])
-                }));
+                let executions = batch(&accepted, |f, (_, row, change)| {
+                    f.id("i", row.id)
+                        .text("s", change.status.as_str())
+                        .document("r", change.result.as_ref())
+                        .document("x", change.error.as_ref())
+                        .datetime("v", Some(change.available_at))
+                        .datetime("f", change.finished_at);
+                });
                 let changed = D::execute(&mut tx, &json.complete_executions, vec![executions.into(), now.into()])
                     .await
                     .map_err(db::<D>(op))?;
                 all_written("updated", changed, "locked rows", n)?;
-                let attempts = batch(accepted.iter().map(|(index, _, change)| {
-                    item([
-                        ("a", id(completions[*index].1)),
-                        ("s", Value::from(change.attempt_status.as_str())),
-                        ("x", document(change.error.as_ref())),
-                    ])
-                }));
+                let attempts = batch(&accepted, |f, (index, _, change)| {
+                    f.id("a", completions[*index].1)
+                        .text("s", change.attempt_status.as_str())
+                        .document("x", change.error.as_ref());
+                });
                 let finished = D::execute(&mut tx, &json.complete_attempts, vec![attempts.into(), now.into()])
                     .await
                     .map_err(db::<D>(op))?;

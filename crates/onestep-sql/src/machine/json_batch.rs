@@ -11,7 +11,9 @@
 //! executions and attempts by its `UUID` type (which compares with the array's hex text by
 //! value, whatever the tables' collation). MySQL 8 keeps the statements every dialect runs.
 
-use serde_json::{Map, Value};
+use std::fmt::Write as _;
+
+use serde_json::Value;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
@@ -122,46 +124,166 @@ impl JsonStatements {
     }
 }
 
-/// A batch as the statements read it: one JSON array of `items`.
-pub(super) fn batch(items: impl Iterator<Item = Value>) -> String {
-    Value::Array(items.collect()).to_string()
+/// A batch as the statements read it: one JSON array with an object per item, each written by
+/// `write` straight into the text (no `Value` tree per item).
+pub(super) fn batch<T>(
+    items: impl IntoIterator<Item = T>,
+    mut write: impl FnMut(&mut Fields<'_>, T),
+) -> String {
+    let mut out = String::with_capacity(1024);
+    out.push('[');
+    for (n, x) in items.into_iter().enumerate() {
+        if n > 0 {
+            out.push(',');
+        }
+        out.push('{');
+        write(
+            &mut Fields {
+                out: &mut out,
+                first: true,
+            },
+            x,
+        );
+        out.push('}');
+    }
+    out.push(']');
+    out
 }
 
-/// One item of a batch: an object of `fields`.
-pub(super) fn item<const N: usize>(fields: [(&str, Value); N]) -> Value {
-    Value::Object(
-        fields
-            .into_iter()
-            .map(|(k, v)| (k.to_owned(), v))
-            .collect::<Map<_, _>>(),
-    )
+/// A batch of bare ids: one JSON array of their texts (the statements read it with `PATH '$'`).
+pub(super) fn ids(ids: impl IntoIterator<Item = Uuid>) -> String {
+    let mut out = String::with_capacity(1024);
+    out.push('[');
+    for (n, id) in ids.into_iter().enumerate() {
+        if n > 0 {
+            out.push(',');
+        }
+        push_id(&mut out, id);
+    }
+    out.push(']');
+    out
 }
 
-/// An id as the dialect binds ids: 32 lower-case hex digits.
-pub(super) fn id(id: Uuid) -> Value {
-    Value::String(id.simple().to_string())
+/// The fields of one item of a [`batch`], each value written as the dialect binds it.
+pub(super) struct Fields<'a> {
+    out: &'a mut String,
+    first: bool,
 }
 
-/// A JSON document stored as its text, as the dialect binds one (`None`: SQL `NULL`).
-pub(super) fn document(value: Option<&Value>) -> Value {
-    value.map_or(Value::Null, |v| Value::String(v.to_string()))
+impl Fields<'_> {
+    fn key(&mut self, key: &str) -> &mut String {
+        if !self.first {
+            self.out.push(',');
+        }
+        self.first = false;
+        self.out.push('"');
+        self.out.push_str(key);
+        self.out.push_str("\":");
+        self.out
+    }
+
+    /// An id: 32 lower-case hex digits.
+    pub(super) fn id(&mut self, key: &str, id: Uuid) -> &mut Self {
+        push_id(self.key(key), id);
+        self
+    }
+
+    /// An integer.
+    pub(super) fn int(&mut self, key: &str, n: i64) -> &mut Self {
+        let out = self.key(key);
+        // Writing to a `String` cannot fail.
+        let _ = write!(out, "{n}");
+        self
+    }
+
+    /// A text (a status, a name).
+    pub(super) fn text(&mut self, key: &str, text: &str) -> &mut Self {
+        let out = self.key(key);
+        out.push('"');
+        escape_into(out, text);
+        out.push('"');
+        self
+    }
+
+    /// A JSON document stored as its compact text, as the dialect binds one (`None`: SQL
+    /// `NULL`).
+    pub(super) fn document(&mut self, key: &str, value: Option<&Value>) -> &mut Self {
+        let out = self.key(key);
+        match value {
+            None => out.push_str("null"),
+            Some(value) => {
+                out.push('"');
+                // The document's text, escaped as it is written (writing to a `String` cannot
+                // fail, and `Value`'s `Display` writes the compact text `to_string` gives).
+                let _ = write!(Escaped(out), "{value}");
+                out.push('"');
+            }
+        }
+        self
+    }
+
+    /// An instant as a `DATETIME(6)` reads it, in UTC to the microsecond (`None`: SQL `NULL`).
+    pub(super) fn datetime(&mut self, key: &str, at: Option<OffsetDateTime>) -> &mut Self {
+        let out = self.key(key);
+        match at {
+            None => out.push_str("null"),
+            Some(at) => {
+                let t = onestep_core::clock::utc(at);
+                let _ = write!(
+                    out,
+                    "\"{:04}-{:02}-{:02} {:02}:{:02}:{:02}.{:06}\"",
+                    t.year(),
+                    u8::from(t.month()),
+                    t.day(),
+                    t.hour(),
+                    t.minute(),
+                    t.second(),
+                    t.microsecond()
+                );
+            }
+        }
+        self
+    }
 }
 
-/// An instant as a `DATETIME(6)` reads it, in UTC to the microsecond (`None`: SQL `NULL`).
-pub(super) fn datetime(at: Option<OffsetDateTime>) -> Value {
-    at.map_or(Value::Null, |at| {
-        let t = onestep_core::clock::utc(at);
-        Value::String(format!(
-            "{:04}-{:02}-{:02} {:02}:{:02}:{:02}.{:06}",
-            t.year(),
-            u8::from(t.month()),
-            t.day(),
-            t.hour(),
-            t.minute(),
-            t.second(),
-            t.microsecond()
-        ))
-    })
+/// `id` as a JSON string of 32 lower-case hex digits.
+fn push_id(out: &mut String, id: Uuid) {
+    let mut hex = [0u8; 32];
+    out.push('"');
+    out.push_str(id.simple().encode_lower(&mut hex));
+    out.push('"');
+}
+
+/// A `fmt::Write` that escapes what it is given for the inside of a JSON string.
+struct Escaped<'a>(&'a mut String);
+
+impl std::fmt::Write for Escaped<'_> {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        escape_into(self.0, s);
+        Ok(())
+    }
+}
+
+/// Appends `text` escaped for the inside of a JSON string: quote, backslash and the control
+/// characters; everything else as it is (the server reads UTF-8).
+fn escape_into(out: &mut String, text: &str) {
+    let mut rest = text;
+    while let Some(at) = rest.find(|c: char| c == '"' || c == '\\' || c < ' ') {
+        out.push_str(&rest[..at]);
+        let c = rest[at..].chars().next().unwrap_or(' ');
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c => {
+                let _ = write!(out, "\\u{:04x}", u32::from(c));
+            }
+        }
+        rest = &rest[at + c.len_utf8()..];
+    }
+    out.push_str(rest);
 }
 
 #[cfg(test)]
@@ -170,18 +292,31 @@ mod tests {
     use serde_json::json;
 
     #[test]
-    fn values_are_written_as_the_dialect_binds_them() {
+    fn a_batch_is_the_json_the_statements_read() {
         let at = time::macros::datetime!(2026-12-04 10:00:00.000_123 +02:00);
-        assert_eq!(datetime(Some(at)), json!("2026-12-04 08:00:00.000123"));
-        assert_eq!(datetime(None), Value::Null);
-        let doc = json!({"s": "é 😀 \u{0}", "n": 1});
-        assert_eq!(document(Some(&doc)), Value::String(doc.to_string()));
-        assert_eq!(document(None), Value::Null);
         let u = Uuid::from_u128(0x0193_a0b0_c0d0_7e0f_8112_2334_4556_6778);
-        assert_eq!(id(u), json!("0193a0b0c0d07e0f8112233445566778"));
+        let doc = json!({"s": "é 😀 \u{0} \u{1f} \"q\" \\ \n\r\t", "n": [1, -2.5, null]});
+        let text = batch([1, 2], |f, n| {
+            f.id("i", u)
+                .int("n", n)
+                .text("s", "a\"b\\c\u{7}")
+                .document("r", (n == 1).then_some(&doc))
+                .datetime("v", (n == 1).then_some(at));
+        });
+        let read: Value = serde_json::from_str(&text).unwrap();
         assert_eq!(
-            batch([item([("i", id(u)), ("n", json!(2))])].into_iter()),
-            r#"[{"i":"0193a0b0c0d07e0f8112233445566778","n":2}]"#
+            read,
+            json!([
+                {"i": "0193a0b0c0d07e0f8112233445566778", "n": 1, "s": "a\"b\\c\u{7}",
+                 "r": doc.to_string(), "v": "2026-12-04 08:00:00.000123"},
+                {"i": "0193a0b0c0d07e0f8112233445566778", "n": 2, "s": "a\"b\\c\u{7}",
+                 "r": null, "v": null},
+            ])
         );
+        assert_eq!(
+            ids([u, Uuid::nil()]),
+            r#"["0193a0b0c0d07e0f8112233445566778","00000000000000000000000000000000"]"#
+        );
+        assert_eq!(batch(std::iter::empty::<()>(), |_, ()| ()), "[]");
     }
 }

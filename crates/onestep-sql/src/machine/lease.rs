@@ -129,12 +129,9 @@ impl<D: Dialect> SqlExecutionBackend<D> {
                 // In id order: the rows are locked in the array's order.
                 let mut pairs: Vec<(Uuid, Uuid)> = pairs.collect();
                 pairs.sort_unstable();
-                let list = json_batch::batch(pairs.into_iter().map(|(execution, attempt)| {
-                    json_batch::item([
-                        ("i", json_batch::id(execution)),
-                        ("a", json_batch::id(attempt)),
-                    ])
-                }));
+                let list = json_batch::batch(pairs, |f, (execution, attempt)| {
+                    f.id("i", execution).id("a", attempt);
+                });
                 (json.lock_leases.clone(), vec![Param::Text(list)])
             }
             (Some(template), None) => {
@@ -225,9 +222,8 @@ impl<D: Dialect> SqlExecutionBackend<D> {
                 let n = held.len() as u64;
                 let (renew, renew_params, beat, beat_params) = match self.json_batches() {
                     Some(json) => {
-                        let executions =
-                            json_batch::batch(held.iter().map(|h| json_batch::id(h.0)));
-                        let attempts = json_batch::batch(held.iter().map(|h| json_batch::id(h.1)));
+                        let executions = json_batch::ids(held.iter().map(|h| h.0));
+                        let attempts = json_batch::ids(held.iter().map(|h| h.1));
                         (
                             json.heartbeat.clone(),
                             vec![executions.into(), expires.into(), now.into()],

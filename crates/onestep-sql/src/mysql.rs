@@ -453,7 +453,8 @@ impl Dialect for MySql {
             .map(|e| e.number())
             .unwrap_or(0);
         match number {
-            1213 | 1205 | 1637 | 3572 => ConnectorErrorKind::Transient,
+            // 1684: a `SHOW` skipped a table while another session's DDL changes it.
+            1213 | 1205 | 1637 | 3572 | SKIPPED_FOR_CONCURRENT_DDL => ConnectorErrorKind::Transient,
             1040 | 1203 | 1226 => ConnectorErrorKind::Throttled,
             2006 | 2013 | 1927 | 1053 | 1077 | 1078 | 1079 | 1080 => {
                 ConnectorErrorKind::Disconnected

@@ -348,25 +348,31 @@ impl<D: Dialect> Inner<D> {
     /// SQLite refuse such an `ON CONFLICT` themselves.)
     async fn check_upsert_keys(&self) -> Result<()> {
         let o = &self.options;
-        let rows = self
-            .connector
-            .fetch_alone(
-                "SELECT CAST(index_name AS CHAR), CAST(GROUP_CONCAT(column_name ORDER BY \
-             seq_in_index SEPARATOR ',') AS CHAR) FROM information_schema.statistics WHERE \
-             table_schema = DATABASE() AND table_name = ? AND non_unique = 0 GROUP BY index_name",
-                vec![Param::Text(o.table.clone())],
-                |e| self.error(e),
-            )
-            .await?;
-        let mut unique = Vec::new();
+        // `SHOW INDEX` (not `information_schema`, see `show_table`): one row per column of
+        // each index, in the index's column order; `Non_unique`, `Key_name` and `Column_name`
+        // are its second, third and fifth fields.
+        let show = format!(
+            "SHOW INDEX FROM {}",
+            crate::user_table::quote::<D>(&o.table)
+        );
+        let rows = crate::user_table::show_table(&self.connector, &show, |e| self.error(e))
+            .await?
+            .unwrap_or_default();
+        let mut unique: Vec<(String, String)> = Vec::new();
         for row in &rows {
-            let name = D::text(row, 0)
-                .map_err(|e| self.error(e))?
-                .unwrap_or_default();
-            let columns = D::text(row, 1)
-                .map_err(|e| self.error(e))?
-                .unwrap_or_default();
-            unique.push((name, columns));
+            let text = |i| {
+                D::text(row, i)
+                    .map_err(|e| self.error(e))
+                    .map(Option::unwrap_or_default)
+            };
+            let (name, column) = (text(2)?, text(4)?);
+            match unique.iter_mut().find(|(n, _)| *n == name) {
+                Some((_, columns)) => {
+                    columns.push(',');
+                    columns.push_str(&column);
+                }
+                None => unique.push((name, column)),
+            }
         }
         let wanted: std::collections::BTreeSet<String> =
             o.keys.iter().map(|k| k.to_ascii_lowercase()).collect();

@@ -94,6 +94,48 @@ pub(crate) fn assignments<D: Dialect>(columns: &[&ColumnInfo]) -> String {
         .join(", ")
 }
 
+/// How often, and how far apart, [`show_table`] asks again while the server skips the table.
+const SHOW_TRIES: u32 = 50;
+const SHOW_RETRY_DELAY: Duration = Duration::from_millis(100);
+
+/// MySQL/MariaDB: the rows of `show`, a `SHOW … FROM <table>` statement; `None` when there is
+/// no such table. `SHOW` opens the table itself, where `information_schema` can leave out a
+/// table whose definition another session is changing and answer "nothing there"; in that
+/// moment the server refuses the `SHOW` with a transient error (1684), and it is sent again,
+/// for up to five seconds.
+pub(crate) async fn show_table<D: Dialect>(
+    connector: &SqlConnector<D>,
+    show: &str,
+    error: impl Fn(sqlx::Error) -> Error,
+) -> Result<Option<Vec<crate::dialect::Row<D>>>> {
+    let mut tries = 0;
+    loop {
+        let pool = connector.pool()?;
+        let out = async {
+            let mut tx = D::begin(&pool).await?;
+            let rows = D::fetch(&mut tx, show, Vec::new()).await?;
+            tx.commit().await?;
+            Ok::<_, sqlx::Error>(rows)
+        }
+        .await;
+        match out {
+            Ok(rows) => return Ok(Some(rows)),
+            // SQLSTATE 42S02: base table not found.
+            Err(e) if e.as_database_error().and_then(|d| d.code()).as_deref() == Some("42S02") => {
+                return Ok(None);
+            }
+            Err(e)
+                if tries + 1 < SHOW_TRIES
+                    && D::classify(&e) == onestep_core::ConnectorErrorKind::Transient =>
+            {
+                tries += 1;
+                tokio::time::sleep(SHOW_RETRY_DELAY).await;
+            }
+            Err(e) => return Err(error(e)),
+        }
+    }
+}
+
 /// The expression that turns one row of `table` (alias `alias`) into a JSON object.
 pub(crate) fn row_json<D: Dialect>(alias: &str, columns: &[ColumnInfo]) -> String {
     match D::SCHEMA {
@@ -127,13 +169,21 @@ pub(crate) async fn read_columns<D: Dialect>(
     error: impl Fn(ConnectorOperation, sqlx::Error) -> Error,
 ) -> Result<Vec<ColumnInfo>> {
     let op = ConnectorOperation::Open;
-    let rows = connector
-        .fetch_alone(
-            &columns_query::<D>(),
-            vec![columns_param::<D>(table)],
-            |e| error(op, e),
-        )
-        .await?;
+    let rows = if D::SCHEMA.is_mysql_family() {
+        // `SHOW COLUMNS` lists `Field` and `Type` first, in the table's order.
+        let show = format!("SHOW COLUMNS FROM {}", quote::<D>(table));
+        show_table(connector, &show, |e| error(op, e))
+            .await?
+            .unwrap_or_default()
+    } else {
+        connector
+            .fetch_alone(
+                &columns_query::<D>(),
+                vec![columns_param::<D>(table)],
+                |e| error(op, e),
+            )
+            .await?
+    };
     let mut columns = Vec::with_capacity(rows.len());
     for row in &rows {
         let name = D::text(row, 0)

@@ -207,8 +207,23 @@ impl Dialect for MySql {
         query(sql, params).fetch_all(&mut **tx).await
     }
 
+    /// Text, also where the server sends it as a binary string (as it may for `SHOW`
+    /// statements' columns); such bytes must be UTF-8.
     fn text(row: &MySqlRow, i: usize) -> Result<Option<String>, sqlx::Error> {
-        row.try_get(i)
+        match row.try_get(i) {
+            Err(err @ sqlx::Error::ColumnDecode { .. }) => {
+                match row.try_get::<Option<Vec<u8>>, _>(i) {
+                    Ok(bytes) => bytes.map(String::from_utf8).transpose().map_err(|e| {
+                        sqlx::Error::ColumnDecode {
+                            index: i.to_string(),
+                            source: Box::new(e),
+                        }
+                    }),
+                    Err(_) => Err(err),
+                }
+            }
+            other => other,
+        }
     }
 
     fn int(row: &MySqlRow, i: usize) -> Result<Option<i32>, sqlx::Error> {
@@ -438,6 +453,22 @@ impl Dialect for MySql {
                 return Ok(false);
             }
         }
+        // Some MariaDB releases give back a `JSON_TABLE` string still escaped (MDEV-27412),
+        // or in a character set that cannot hold every character: the batches would then
+        // store other text than they were given. Ask the server to read one back first.
+        let read: Option<String> = sqlx::query_scalar(JSON_TABLE_PROBE)
+            .bind(JSON_TABLE_PROBE_BATCH)
+            .fetch_one(&mut *conn)
+            .await
+            .map_err(open)?;
+        if read.as_deref() != Some(JSON_TABLE_PROBE_TEXT) {
+            tracing::warn!(
+                read = ?read,
+                "JSON_TABLE on this server does not give back the text it was given; \
+                 batches use the statements every dialect runs"
+            );
+            return Ok(false);
+        }
         Ok(true)
     }
 
@@ -504,6 +535,18 @@ async fn index_columns(
     }
     Ok(columns)
 }
+
+/// Reads [`JSON_TABLE_PROBE_BATCH`] back as the batch statements read a stored JSON text.
+const JSON_TABLE_PROBE: &str =
+    "SELECT r FROM JSON_TABLE(?, '$[*]' COLUMNS (r LONGTEXT PATH '$.r')) v";
+
+/// A batch of one item whose `r` is [`JSON_TABLE_PROBE_TEXT`], escaped as the batch writer
+/// escapes it (quote, backslash, `\n`, `\u0001`; other characters as they are).
+pub(crate) const JSON_TABLE_PROBE_BATCH: &str =
+    r#"[{"r":"{\"k\":\"\\\" \\\\ \\n \\u0001 é 😀\"}"}]"#;
+
+/// The JSON text [`JSON_TABLE_PROBE`] must give back.
+pub(crate) const JSON_TABLE_PROBE_TEXT: &str = r#"{"k":"\" \\ \n \u0001 é 😀"}"#;
 
 /// Error 1684: a `SHOW` skipped the table because another session's DDL holds its metadata lock.
 const SKIPPED_FOR_CONCURRENT_DDL: u16 = 1684;

@@ -349,10 +349,10 @@ impl<D: Dialect> Inner<D> {
     async fn check_upsert_keys(&self) -> Result<()> {
         let o = &self.options;
         // `SHOW INDEX` (not `information_schema`, see `show_table`): one row per column of
-        // each index, in the index's column order; `Non_unique`, `Key_name` and `Column_name`
-        // are its second, third and fifth fields.
+        // each unique index, in the index's column order; `Key_name` and `Column_name` are its
+        // third and fifth fields.
         let show = format!(
-            "SHOW INDEX FROM {}",
+            "SHOW INDEX FROM {} WHERE Non_unique = 0",
             crate::user_table::quote::<D>(&o.table)
         );
         let rows = crate::user_table::show_table(&self.connector, &show, |e| self.error(e))

@@ -325,7 +325,7 @@ fn sqlite_connector() -> (
 suite!(sqlite, onestep_sql::sqlite::Sqlite, sqlite_connector());
 
 /// MySQL/MariaDB: an upsert on keys no unique index covers would insert duplicates there; the
-/// sink refuses it when it opens.
+/// sink refuses it when it opens, a plain (non-unique) index on the keys included.
 #[tokio::test]
 async fn mysql_upsert_keys_need_a_unique_index() {
     let connector = SqlConnector::<onestep_sql::mysql::MySql>::new(&support::mysql_url()).unwrap();
@@ -345,6 +345,18 @@ async fn mysql_upsert_keys_need_a_unique_index() {
         "{err}"
     );
     assert!(rows(&connector, &table).await.is_empty());
+    // A plain index on the keys is no unique index: `ON DUPLICATE KEY UPDATE` ignores it.
+    <onestep_sql::mysql::MySql as Raw>::exec(
+        &connector,
+        &format!("CREATE INDEX ix_{table} ON {table} (name)"),
+    )
+    .await;
+    let err = upsert(&["name"]).open().await.unwrap_err();
+    assert!(
+        err.to_string()
+            .starts_with("keys must be the columns of the primary key or of a unique index of"),
+        "{err}"
+    );
     upsert(&["id"]).open().await.unwrap();
     <onestep_sql::mysql::MySql as Raw>::exec(
         &connector,

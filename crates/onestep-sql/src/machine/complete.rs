@@ -472,7 +472,7 @@ impl<D: Dialect> SqlExecutionBackend<D> {
             let executions = batch(items, |f, c| {
                 let retry_at = c
                     .retry_after_us
-                    .map(|us| now + time::Duration::microseconds(us));
+                    .map(|us| later(now, Duration::from_micros(u64::try_from(us).unwrap_or(0))));
                 f.id("i", c.execution_id)
                     .id("t", c.lease_token)
                     .text("s", c.status)

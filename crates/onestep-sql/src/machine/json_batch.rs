@@ -319,4 +319,17 @@ mod tests {
         );
         assert_eq!(batch(std::iter::empty::<()>(), |_, ()| ()), "[]");
     }
+
+    /// The MySQL dialect's start-up probe sends what this writer would send.
+    #[cfg(feature = "mysql")]
+    #[test]
+    fn the_mysql_probe_is_written_as_the_batches_are() {
+        use crate::mysql::{JSON_TABLE_PROBE_BATCH, JSON_TABLE_PROBE_TEXT};
+        let doc: Value = serde_json::from_str(JSON_TABLE_PROBE_TEXT).unwrap();
+        assert_eq!(doc.to_string(), JSON_TABLE_PROBE_TEXT);
+        let written = batch([&doc], |f, doc| {
+            f.document("r", Some(doc));
+        });
+        assert_eq!(written, JSON_TABLE_PROBE_BATCH);
+    }
 }

@@ -9,7 +9,8 @@
 //! it first drains `--n` executions as bare SQL with no runtime (the `ceiling` and
 //! `ceiling_mysql` examples: per batch of 100, a claim transaction and a completion transaction,
 //! on two connections), the schema's ceiling that our drains on that server are compared with
-//! (issue 21). With `--peers` it
+//! (issue 21). Where `--prefetch` is 0 it drains the `submit_many` burn-down once more on
+//! PostgreSQL and MariaDB with a prefetch buffer as large as `--concurrency`. With `--peers` it
 //! runs the peer workloads of `bench/peers/run.sh` in the same session, against the same servers:
 //! the Python reference (`onestep` 1.15.0 + `onestep-sql` 0.7.1) on PostgreSQL and MariaDB, and
 //! graphile-worker on PostgreSQL (default settings and batched settings).
@@ -286,6 +287,22 @@ fn run_all(
             if label == "sqlite" {
                 remove_sqlite(&sqlite_file)?;
             }
+        }
+    }
+    // The claim hidden behind running work: the `submit_many` burn-down again with a prefetch
+    // buffer as large as the concurrency, on the servers whose claim is a round trip away.
+    if options.prefetch == 0 {
+        for (label, dsn) in [("postgres", &postgres), ("mariadb", &mariadb)] {
+            let mut cmd = Command::new(burndown);
+            cmd.args(["--dsn", dsn.as_str()])
+                .args(["--n", &options.n.to_string()])
+                .args(["--concurrency", &options.concurrency.to_string()])
+                .args(["--batch", &options.batch.to_string()])
+                .args(["--prefetch", &options.concurrency.to_string()])
+                .args(["--submit-batch", "1000"]);
+            let what = format!("onestep on {label} with prefetch");
+            let system = format!("onestep (Rust), prefetch {}", options.concurrency);
+            lines.push(labeled_run(cmd, &what, &system, label, &[])?);
         }
     }
     if options.scale_out {

@@ -210,20 +210,7 @@ impl Dialect for MySql {
     /// Text, also where the server sends it as a binary string (as it may for `SHOW`
     /// statements' columns); such bytes must be UTF-8.
     fn text(row: &MySqlRow, i: usize) -> Result<Option<String>, sqlx::Error> {
-        match row.try_get(i) {
-            Err(err @ sqlx::Error::ColumnDecode { .. }) => {
-                match row.try_get::<Option<Vec<u8>>, _>(i) {
-                    Ok(bytes) => bytes.map(String::from_utf8).transpose().map_err(|e| {
-                        sqlx::Error::ColumnDecode {
-                            index: i.to_string(),
-                            source: Box::new(e),
-                        }
-                    }),
-                    Err(_) => Err(err),
-                }
-            }
-            other => other,
-        }
+        text(row, i)
     }
 
     fn int(row: &MySqlRow, i: usize) -> Result<Option<i32>, sqlx::Error> {
@@ -551,10 +538,6 @@ pub(crate) const JSON_TABLE_PROBE_TEXT: &str = r#"{"k":"\" \\ \n \u0001 é 😀"
 /// Error 1684: a `SHOW` skipped the table because another session's DDL holds its metadata lock.
 const SKIPPED_FOR_CONCURRENT_DDL: u16 = 1684;
 
-/// How often, and how long apart, [`show_rows`] asks again after [`SKIPPED_FOR_CONCURRENT_DDL`].
-const SHOW_TRIES: u32 = 50;
-const SHOW_RETRY_DELAY: std::time::Duration = std::time::Duration::from_millis(100);
-
 /// The rows of a `SHOW` statement about one table. MariaDB refuses one with error 1684 while
 /// another session's DDL (or a background task of the server after it) holds the table's
 /// metadata lock; the moment passes, so the statement is sent again, for up to five seconds.
@@ -562,6 +545,7 @@ async fn show_rows(
     conn: &mut sqlx::MySqlConnection,
     show: &str,
 ) -> Result<Vec<MySqlRow>, sqlx::Error> {
+    use crate::user_table::{SHOW_RETRY_DELAY, SHOW_TRIES};
     let mut tries = 0;
     loop {
         match sqlx::query(show).fetch_all(&mut *conn).await {
@@ -581,14 +565,30 @@ fn is_skipped_for_ddl(err: &sqlx::Error) -> bool {
         .is_some_and(|db| db.number() == SKIPPED_FOR_CONCURRENT_DDL)
 }
 
-/// A text column of a `SHOW` row, which servers send as text or as binary strings.
+/// A text column of a `SHOW` row (never `NULL` in the columns read here).
 fn show_text(row: &MySqlRow, column: &str) -> Result<String, sqlx::Error> {
-    match row.try_get::<String, _>(column) {
-        Ok(text) => Ok(text),
-        Err(_) => {
-            let bytes: Vec<u8> = row.try_get(column)?;
-            Ok(String::from_utf8_lossy(&bytes).into_owned())
+    Ok(text(row, column)?.unwrap_or_default())
+}
+
+/// Text, also where the server sends it as a binary string (as it may for `SHOW` statements'
+/// columns); such bytes must be UTF-8.
+fn text<I>(row: &MySqlRow, index: I) -> Result<Option<String>, sqlx::Error>
+where
+    I: sqlx::ColumnIndex<MySqlRow> + std::fmt::Display + Copy,
+{
+    match row.try_get(index) {
+        Err(err @ sqlx::Error::ColumnDecode { .. }) => {
+            match row.try_get::<Option<Vec<u8>>, _>(index) {
+                Ok(bytes) => bytes.map(String::from_utf8).transpose().map_err(|e| {
+                    sqlx::Error::ColumnDecode {
+                        index: index.to_string(),
+                        source: Box::new(e),
+                    }
+                }),
+                Err(_) => Err(err),
+            }
         }
+        other => other,
     }
 }
 

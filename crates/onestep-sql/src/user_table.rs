@@ -21,29 +21,27 @@ pub(crate) struct ColumnInfo {
     pub(crate) declared: String,
 }
 
-/// The query that lists a table's columns in order: name and declared type, with the table
-/// name as its only parameter (PostgreSQL: the quoted name, resolved on the search path).
-pub(crate) fn columns_query<D: Dialect>() -> String {
-    D::render(match D::SCHEMA {
-        schema::Dialect::Postgres => {
-            "SELECT a.attname::text, format_type(a.atttypid, a.atttypmod) FROM pg_attribute a \
-             WHERE a.attrelid = to_regclass(?) AND a.attnum > 0 AND NOT a.attisdropped \
-             ORDER BY a.attnum"
-        }
-        schema::Dialect::MySql | schema::Dialect::MariaDb => {
-            "SELECT CAST(column_name AS CHAR), CAST(column_type AS CHAR) FROM \
-             information_schema.columns WHERE table_schema = DATABASE() AND table_name = ? \
-             ORDER BY ordinal_position"
-        }
-        schema::Dialect::Sqlite => "SELECT name, type FROM pragma_table_info(?)",
-    })
-}
-
-/// The parameter of [`columns_query`] for `table`.
-pub(crate) fn columns_param<D: Dialect>(table: &str) -> Param {
+/// The statement that lists `table`'s columns in order, name and declared type first, with its
+/// parameters. PostgreSQL resolves the quoted name on the search path; MySQL/MariaDB read it with
+/// `SHOW COLUMNS`, which [`show_table`] runs (see there why not `information_schema`).
+pub(crate) fn columns_statement<D: Dialect>(table: &str) -> (String, Vec<Param>) {
     match D::SCHEMA {
-        schema::Dialect::Postgres => Param::Text(D::quote(table)),
-        _ => Param::Text(table.to_owned()),
+        schema::Dialect::Postgres => (
+            D::render(
+                "SELECT a.attname::text, format_type(a.atttypid, a.atttypmod) FROM pg_attribute a \
+                 WHERE a.attrelid = to_regclass(?) AND a.attnum > 0 AND NOT a.attisdropped \
+                 ORDER BY a.attnum",
+            ),
+            vec![Param::Text(D::quote(table))],
+        ),
+        schema::Dialect::MySql | schema::Dialect::MariaDb => (
+            format!("SHOW COLUMNS FROM {}", quote::<D>(table)),
+            Vec::new(),
+        ),
+        schema::Dialect::Sqlite => (
+            D::render("SELECT name, type FROM pragma_table_info(?)"),
+            vec![Param::Text(table.to_owned())],
+        ),
     }
 }
 
@@ -94,9 +92,10 @@ pub(crate) fn assignments<D: Dialect>(columns: &[&ColumnInfo]) -> String {
         .join(", ")
 }
 
-/// How often, and how far apart, [`show_table`] asks again while the server skips the table.
-const SHOW_TRIES: u32 = 50;
-const SHOW_RETRY_DELAY: Duration = Duration::from_millis(100);
+/// How often, and how far apart, a `SHOW` about one table is sent again while the server skips
+/// the table ([`show_table`], and the MySQL dialect's own reads of its tables).
+pub(crate) const SHOW_TRIES: u32 = 50;
+pub(crate) const SHOW_RETRY_DELAY: Duration = Duration::from_millis(100);
 
 /// MySQL/MariaDB: the rows of `show`, a `SHOW … FROM <table>` statement; `None` when there is
 /// no such table. `SHOW` opens the table itself, where `information_schema` can leave out a
@@ -169,19 +168,14 @@ pub(crate) async fn read_columns<D: Dialect>(
     error: impl Fn(ConnectorOperation, sqlx::Error) -> Error,
 ) -> Result<Vec<ColumnInfo>> {
     let op = ConnectorOperation::Open;
+    let (sql, params) = columns_statement::<D>(table);
     let rows = if D::SCHEMA.is_mysql_family() {
-        // `SHOW COLUMNS` lists `Field` and `Type` first, in the table's order.
-        let show = format!("SHOW COLUMNS FROM {}", quote::<D>(table));
-        show_table(connector, &show, |e| error(op, e))
+        show_table(connector, &sql, |e| error(op, e))
             .await?
             .unwrap_or_default()
     } else {
         connector
-            .fetch_alone(
-                &columns_query::<D>(),
-                vec![columns_param::<D>(table)],
-                |e| error(op, e),
-            )
+            .fetch_alone(&sql, params, |e| error(op, e))
             .await?
     };
     let mut columns = Vec::with_capacity(rows.len());

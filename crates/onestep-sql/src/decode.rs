@@ -64,7 +64,8 @@ pub(crate) fn execution<D: Dialect>(row: &Row<D>) -> Result<ExecutionRow, sqlx::
     })
 }
 
-/// `id, status` of an execution row.
+/// `id, status` of an execution row (read by PostgreSQL's status-only completion).
+#[cfg(feature = "postgres")]
 pub(crate) fn id_and_status<D: Dialect>(
     row: &Row<D>,
 ) -> Result<(Uuid, ExecutionStatus), sqlx::Error> {

@@ -78,6 +78,17 @@ pub trait Source: Resource {
         Duration::from_secs(1)
     }
 
+    /// How many fetches a runner may have under way at once (at least one).
+    ///
+    /// A runner starts another fetch while one is under way only for slots that freed up
+    /// meanwhile, so fetches in flight never ask for more than the task can run. A source whose
+    /// fetch is a round trip to a server that serves many callers at once (a claim in a
+    /// database) overlaps those round trips this way. The default, one, suits sources whose
+    /// fetch must not run beside itself.
+    fn concurrent_fetches(&self) -> usize {
+        1
+    }
+
     /// Whether a fetch may be dropped mid-way without losing deliveries.
     ///
     /// Sources that claim rows in a database are not cancel-safe: when the runner stops, it

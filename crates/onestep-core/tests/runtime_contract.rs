@@ -345,6 +345,73 @@ async fn drain_during_a_non_cancel_safe_fetch_releases_what_it_claimed() {
     serve.await.unwrap().unwrap();
 }
 
+/// Runs four deliveries through a task of concurrency 4 whose fetches wait at a gate: 0 ends
+/// after 10 ms, 1 after 20 ms, 2 and 3 after 10 s. Once 0 and 1 have ended, two more bodies are
+/// queued, a drain is requested and the gate opens. Returns the source's fetch limits and the log.
+async fn gated_fetches(concurrent_fetches: usize) -> (Vec<usize>, Log) {
+    let log = Log::default();
+    let gate = Arc::new(Notify::new());
+    let mut source = ScriptedSource::new((0..4).map(|n| json!(n)), &log);
+    source.cancel_safe = false;
+    source.gate = Some(gate.clone());
+    source.concurrent_fetches = concurrent_fetches;
+    let source = Arc::new(source);
+    let app = OneStepApp::builder("app")
+        .task(
+            Task::new("t")
+                .source(source.clone())
+                .concurrency(4)
+                .handler(|_ctx: TaskContext, v: Value| async move {
+                    let ms = match v.as_u64() {
+                        Some(0) => 10,
+                        Some(1) => 20,
+                        _ => 10_000,
+                    };
+                    tokio::time::sleep(Duration::from_millis(ms)).await;
+                    Ok::<_, TaskError>(())
+                }),
+        )
+        .build()
+        .unwrap();
+    let handle = app.handle();
+    let serve = tokio::spawn({
+        let app = app.clone();
+        async move { app.serve().await }
+    });
+    eventually(Duration::from_secs(1), || log.count("fetch:waiting") == 1).await;
+    gate.notify_one();
+    eventually(Duration::from_secs(1), || log.count("ack:") == 2).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    source.bodies.lock().unwrap().extend([json!(4), json!(5)]);
+    handle.request_drain();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    gate.notify_waiters();
+    tokio::time::timeout(Duration::from_secs(60), handle.wait_drained())
+        .await
+        .unwrap();
+    handle.request_shutdown();
+    serve.await.unwrap().unwrap();
+    let limits = source.limits.lock().unwrap().clone();
+    (limits, log)
+}
+
+/// A source that may be fetched twice at once gets a second fetch while the first waits, for
+/// the slot freed meanwhile (never more than the free slots); a drain awaits both fetches and
+/// hands back what they claimed.
+#[tokio::test(start_paused = true)]
+async fn a_second_fetch_asks_only_for_slots_freed_meanwhile() {
+    let (limits, log) = gated_fetches(2).await;
+    assert_eq!(limits, [4, 1, 1]);
+    assert_eq!(log.count("start:"), 4);
+    assert_eq!(log.count("ack:"), 4);
+    assert_eq!(log.count("release:"), 2, "{:?}", log.entries());
+
+    let (limits, log) = gated_fetches(1).await;
+    assert_eq!(limits, [4, 1], "one fetch at a time by default");
+    assert_eq!(log.count("ack:"), 4);
+    assert_eq!(log.count("release:"), 1, "{:?}", log.entries());
+}
+
 #[tokio::test(start_paused = true)]
 async fn concurrency_is_never_exceeded() {
     let log = Log::default();

@@ -146,6 +146,13 @@ pub trait LeasedExecutionBackend: ExecutionBackend {
         worker_id: &str,
     ) -> ExecutionResult<Vec<ExecutionLease>>;
 
+    /// How many claims one worker's runner may have under way at once (at least one; default
+    /// one). A server that runs claims side by side (row locks that skip each other) gains from
+    /// two: the next claim's round trip overlaps the last one's, for slots freed meanwhile.
+    fn concurrent_claims(&self) -> usize {
+        1
+    }
+
     /// Renews a lease; reports whether a cancel was requested.
     async fn heartbeat(
         &self,

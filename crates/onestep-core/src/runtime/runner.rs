@@ -1,10 +1,13 @@
 //! One task runner: fetch into free slots, execute, back off on retryable errors, stop gracefully.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinSet;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::TaskRuntime;
@@ -14,6 +17,7 @@ use crate::delivery::Delivery;
 use crate::error::{Error, Result};
 use crate::event::TaskEventKind;
 use crate::source::Source;
+use tracing::Instrument;
 
 /// How long a busy runner waits for more slots to free up before fetching anyway.
 const COALESCE_WAIT: Duration = Duration::from_millis(20);
@@ -41,7 +45,20 @@ pub(crate) struct Runner {
     slots: Arc<Semaphore>,
     /// Cancels every in-flight attempt of this runner (shutdown past its timeout).
     attempts: CancellationToken,
+    /// Fetches under way ([`Source::concurrent_fetches`] at most).
+    fetches: JoinSet<Fetched>,
+    /// Free slots promised to the fetches under way: what they asked for.
+    reserved: usize,
 }
+
+/// A fetch's answer, with how many deliveries it asked for.
+struct Fetched {
+    asked: usize,
+    result: Result<Vec<Box<dyn Delivery>>>,
+}
+
+/// What holds the next fetch back: a backoff, or a wait for work after an empty fetch.
+type Pause = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 impl Runner {
     pub(crate) fn new(
@@ -57,6 +74,8 @@ impl Runner {
             inflight: JoinSet::new(),
             slots: Arc::new(Semaphore::new(concurrency(&rt))),
             attempts: CancellationToken::new(),
+            fetches: JoinSet::new(),
+            reserved: 0,
             rt,
         }
     }
@@ -65,18 +84,15 @@ impl Runner {
         &self.rt.task_name
     }
 
-    /// How many deliveries may start now: free slots, within the bound on settling work.
+    /// How many more deliveries a new fetch may ask for: free slots not promised to a fetch
+    /// under way, within the bound on settling work.
     fn free(&self) -> usize {
         let bound = concurrency(&self.rt).saturating_mul(IN_FLIGHT_PER_SLOT);
+        let unpromised = bound.saturating_sub(self.inflight.len() + self.reserved);
         self.slots
             .available_permits()
-            .min(bound.saturating_sub(self.inflight.len()))
-    }
-
-    /// Whether the slots (not the bound on settling work) are what holds the runner back from
-    /// starting `wanted` more deliveries.
-    fn short_of_slots(&self, wanted: usize) -> bool {
-        self.slots.available_permits() < wanted
+            .saturating_sub(self.reserved)
+            .min(unpromised)
     }
 
     /// Runs until shutdown (Ok) or a non-retryable source error (Err, after in-flight work ended).
@@ -84,6 +100,7 @@ impl Runner {
         let mut control = self.control.state.subscribe();
         self.control.set_status(self.task(), RunnerStatus::Running);
         let result = self.fetch_loop(&mut control).await;
+        self.settle_fetches().await;
         self.return_unstarted().await;
         self.finish().await;
         self.control.set_status(self.task(), RunnerStatus::Stopped);
@@ -93,125 +110,173 @@ impl Runner {
     async fn fetch_loop(&mut self, control: &mut watch::Receiver<ControlState>) -> Result<()> {
         let task = self.rt.task_name.clone();
         let concurrency = concurrency(&self.rt);
-        // Whether the runner already waited for more free slots since its last fetch.
-        let mut gathered = false;
+        let most_fetches = self.source.concurrent_fetches().max(1);
+        // A fetch costs about the same for one delivery as for many (a claim is one
+        // transaction), so while work is in flight, wait briefly for a quarter of the slots to
+        // free up before fetching; idle runners fetch at once.
+        let worth_fetching = (concurrency / 4).clamp(1, self.source.batch_size().max(1));
+        let gather = COALESCE_WAIT.min(self.source.poll_interval());
+        // When the runner fetches with fewer than `worth_fetching` free slots anyway.
+        let mut gather_until: Option<Instant> = None;
+        // After an empty fetch or a failed one: no new fetch until this resolves.
+        let mut waiting: Option<Pause> = None;
         loop {
             self.reap();
             let state = control.borrow_and_update().clone();
-            if state.shutdown {
-                return Ok(());
-            }
             if state.stops_fetching(&task) {
+                self.settle_fetches().await;
+                waiting = None;
+                gather_until = None;
+                if state.shutdown {
+                    return Ok(());
+                }
                 self.park(control).await;
                 continue;
             }
+
             let free = self.free();
-            if free == 0 {
-                let slots = self.slots.clone();
-                let short_of_slots = self.short_of_slots(1);
-                tokio::select! {
-                    _ = self.inflight.join_next() => {}
-                    _ = slots.acquire(), if short_of_slots => {}
-                    _ = control.changed() => {}
+            let may_fetch = waiting.is_none() && self.fetches.len() < most_fetches;
+            if may_fetch && free > 0 {
+                let busy = !self.inflight.is_empty() || !self.fetches.is_empty();
+                let now = Instant::now();
+                if free >= worth_fetching || !busy || gather_until.is_some_and(|t| now >= t) {
+                    gather_until = None;
+                    self.start_fetch(free);
+                    continue;
                 }
-                continue;
-            }
-            // A fetch costs about the same for one delivery as for many (a claim is one
-            // transaction), so while work is in flight, wait briefly for a quarter of the slots
-            // to free up before fetching; idle runners fetch at once.
-            let worth_fetching = (concurrency / 4).clamp(1, self.source.batch_size().max(1));
-            if free < worth_fetching && !self.inflight.is_empty() && !gathered {
-                gathered = true;
-                let gather = COALESCE_WAIT.min(self.source.poll_interval());
-                let deadline = tokio::time::Instant::now() + gather;
-                while self.free() < worth_fetching {
-                    let slots = self.slots.clone();
-                    let short_of_slots = self.short_of_slots(worth_fetching);
-                    let wanted = u32::try_from(worth_fetching).unwrap_or(u32::MAX);
-                    tokio::select! {
-                        done = self.inflight.join_next() => match done {
-                            Some(done) => log_join(&task, done),
-                            None => break,
-                        },
-                        _ = slots.acquire_many(wanted), if short_of_slots => {}
-                        _ = tokio::time::sleep_until(deadline) => break,
-                        _ = control.changed() => break,
-                    }
-                }
-                continue;
+                gather_until.get_or_insert(now + gather);
             }
 
-            gathered = false;
-            let fetched = {
-                let fetch = self.source.fetch(free);
-                tokio::pin!(fetch);
-                tokio::select! {
-                    biased;
-                    result = &mut fetch => Some(result),
-                    _ = wait_stop(control, &task) => {
-                        if self.source.fetch_is_cancel_safe() {
-                            None
-                        } else {
-                            // The fetch may have claimed work: let it finish, then hand it back.
-                            if let Ok(deliveries) = fetch.await {
-                                self.release_all(deliveries).await;
-                            }
-                            None
-                        }
+            // Wait for whatever lets the runner move on: a fetch's answer, a finished delivery,
+            // enough free slots for the next fetch, the end of a pause, or a control change.
+            // Permits count the slots promised to fetches under way as free.
+            let wanted = if free == 0 { 1 } else { worth_fetching };
+            let permits = (self.reserved + wanted).min(concurrency);
+            let short_of_slots = may_fetch && self.slots.available_permits() < permits;
+            let permits = u32::try_from(permits).unwrap_or(u32::MAX);
+            let gathering = may_fetch && free > 0;
+            let slots = self.slots.clone();
+            tokio::select! {
+                Some(done) = self.fetches.join_next(), if !self.fetches.is_empty() => {
+                    if let Some(pause) = self.fetched(done, control).await? {
+                        waiting = Some(pause);
                     }
                 }
+                Some(done) = self.inflight.join_next(), if !self.inflight.is_empty() => {
+                    log_join(&task, done);
+                }
+                _ = slots.acquire_many(permits), if short_of_slots => {}
+                _ = sleep_until_some(gather_until), if gathering => {}
+                _ = until_resumed(&mut waiting), if waiting.is_some() => waiting = None,
+                _ = control.changed() => {}
+            }
+        }
+    }
+
+    /// Starts a fetch of up to `limit` deliveries, reserving that many free slots for it.
+    fn start_fetch(&mut self, limit: usize) {
+        let source = self.source.clone();
+        self.reserved += limit;
+        let fetch = async move {
+            let result = source.fetch(limit).await;
+            Fetched {
+                asked: limit,
+                result,
+            }
+        };
+        self.fetches.spawn(fetch.in_current_span());
+    }
+
+    /// Handles a fetch's answer: starts its deliveries, or says how long to wait before the next
+    /// fetch (after an empty answer or a retryable error). A fatal error ends the loop.
+    async fn fetched(
+        &mut self,
+        done: std::result::Result<Fetched, tokio::task::JoinError>,
+        control: &watch::Receiver<ControlState>,
+    ) -> Result<Option<Pause>> {
+        let task = self.rt.task_name.clone();
+        let Fetched { asked, result } = match done {
+            Ok(fetched) => fetched,
+            Err(err) => {
+                // Only a panic ends a fetch task early: fetches are aborted only once settled.
+                tracing::error!(task = %task, error = %err, "a fetch panicked; stopping the app");
+                return Err(err.into());
+            }
+        };
+        self.reserved -= asked;
+        let deliveries = match result {
+            Ok(deliveries) => deliveries,
+            Err(err) => match err.as_connector() {
+                Some(c) if c.is_retryable() => {
+                    let delay = c.backoff(self.source.poll_interval());
+                    tracing::warn!(task = %task, error = %err, delay_s = delay.as_secs_f64(), "fetch failed; backing off");
+                    return Ok(Some(Box::pin(tokio::time::sleep(delay))));
+                }
+                _ => {
+                    tracing::error!(task = %task, error = %err, "fetch failed; stopping the app");
+                    return Err(err);
+                }
+            },
+        };
+        if deliveries.is_empty() {
+            // Another fetch under way answers for the source; otherwise wait for work.
+            if !self.fetches.is_empty() {
+                return Ok(None);
+            }
+            let source = self.source.clone();
+            let max = source.poll_interval();
+            return Ok(Some(Box::pin(async move { source.wait_ready(max).await })));
+        }
+        if control.borrow().stops_fetching(&task) {
+            self.release_all(deliveries).await;
+            return Ok(None);
+        }
+        let mut deliveries = deliveries;
+        if deliveries.len() > asked {
+            tracing::error!(task = %task, asked, got = deliveries.len(), "the source returned more deliveries than it was asked for; handing the rest back");
+            let extra = deliveries.split_off(asked);
+            self.release_all(extra).await;
+        }
+        let mut deliveries = deliveries.into_iter();
+        for delivery in deliveries.by_ref() {
+            // The fetch reserved its permits. Only this loop takes new ones, except an execution
+            // whose ack failed after it freed its slot early: it takes one back for its failure
+            // path, and then a fetched delivery is handed back.
+            let Ok(slot) = self.slots.clone().try_acquire_owned() else {
+                tracing::error!(task = %task, "no free slot for a fetched delivery; handing it back");
+                self.release_all(std::iter::once(delivery).collect()).await;
+                break;
             };
-            let Some(fetched) = fetched else { continue };
+            self.rt
+                .emit(TaskEventKind::Fetched, delivery.envelope(), None, None);
+            let token = self.attempts.child_token();
+            self.inflight
+                .spawn(execute(self.rt.clone(), delivery, token, slot));
+        }
+        self.release_all(deliveries.collect()).await;
+        Ok(None)
+    }
 
-            match fetched {
-                Err(err) => match err.as_connector() {
-                    Some(c) if c.is_retryable() => {
-                        let delay = c.backoff(self.source.poll_interval());
-                        tracing::warn!(task = %task, error = %err, delay_s = delay.as_secs_f64(), "fetch failed; backing off");
-                        sleep_unless_stopped(delay, control, &task).await;
-                    }
-                    _ => {
-                        tracing::error!(task = %task, error = %err, "fetch failed; stopping the app");
-                        return Err(err);
-                    }
-                },
-                Ok(deliveries) if deliveries.is_empty() => {
-                    tokio::select! {
-                        _ = self.source.wait_ready(self.source.poll_interval()) => {}
-                        _ = wait_stop(control, &task) => {}
-                    }
-                }
-                Ok(deliveries) => {
-                    if control.borrow().stops_fetching(&task) {
-                        self.release_all(deliveries).await;
-                        continue;
-                    }
-                    let mut deliveries = deliveries;
-                    if deliveries.len() > free {
-                        tracing::error!(task = %task, asked = free, got = deliveries.len(), "the source returned more deliveries than it was asked for; handing the rest back");
-                        let extra = deliveries.split_off(free);
-                        self.release_all(extra).await;
-                    }
-                    let mut deliveries = deliveries.into_iter();
-                    for delivery in deliveries.by_ref() {
-                        // `free` counted the permits. Only this loop takes new ones, except an
-                        // execution whose ack failed after it freed its slot early: it takes one
-                        // back for its failure path, and then a fetched delivery is handed back.
-                        let Ok(slot) = self.slots.clone().try_acquire_owned() else {
-                            tracing::error!(task = %task, "no free slot for a fetched delivery; handing it back");
-                            self.release_all(std::iter::once(delivery).collect()).await;
-                            break;
-                        };
-                        self.rt
-                            .emit(TaskEventKind::Fetched, delivery.envelope(), None, None);
-                        let token = self.attempts.child_token();
-                        self.inflight
-                            .spawn(execute(self.rt.clone(), delivery, token, slot));
-                    }
-                    self.release_all(deliveries.collect()).await;
+    /// Ends every fetch under way and hands back what they claimed: a cancel-safe source's
+    /// fetches are dropped, any other's are awaited (they may have claimed work).
+    async fn settle_fetches(&mut self) {
+        if self.source.fetch_is_cancel_safe() {
+            self.fetches.abort_all();
+        }
+        while let Some(done) = self.fetches.join_next().await {
+            match done {
+                Ok(Fetched {
+                    result: Ok(deliveries),
+                    ..
+                }) => self.release_all(deliveries).await,
+                Ok(Fetched { result: Err(_), .. }) => {}
+                Err(err) if err.is_cancelled() => {}
+                Err(err) => {
+                    tracing::error!(task = %self.rt.task_name, error = %err, "a fetch panicked");
                 }
             }
         }
+        self.reserved = 0;
     }
 
     /// Drops finished executions from the in-flight set without waiting.
@@ -310,18 +375,19 @@ fn log_join(task: &str, done: Result<(), tokio::task::JoinError>) {
     }
 }
 
-async fn wait_stop(control: &mut watch::Receiver<ControlState>, task: &str) {
-    let _ = control.wait_for(|s| s.stops_fetching(task)).await;
+/// Sleeps until `until`; never returns without one.
+async fn sleep_until_some(until: Option<Instant>) {
+    match until {
+        Some(until) => tokio::time::sleep_until(until).await,
+        None => std::future::pending().await,
+    }
 }
 
-async fn sleep_unless_stopped(
-    delay: Duration,
-    control: &mut watch::Receiver<ControlState>,
-    task: &str,
-) {
-    tokio::select! {
-        _ = tokio::time::sleep(delay) => {}
-        _ = wait_stop(control, task) => {}
+/// Waits for the pause to end; never returns without one.
+async fn until_resumed(pause: &mut Option<Pause>) {
+    match pause {
+        Some(pause) => pause.await,
+        None => std::future::pending().await,
     }
 }
 

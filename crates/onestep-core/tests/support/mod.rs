@@ -53,6 +53,10 @@ pub struct ScriptedSource {
     pub over_deliver: usize,
     /// When set, every ack fails (after `ack_delay`).
     pub ack_fails: bool,
+    /// What `concurrent_fetches` answers (default 1).
+    pub concurrent_fetches: usize,
+    /// The `limit` of every fetch, in the order the fetches began.
+    pub limits: Mutex<Vec<usize>>,
 }
 
 impl ScriptedSource {
@@ -71,6 +75,8 @@ impl ScriptedSource {
             frees_slot_before_ack: false,
             over_deliver: 0,
             ack_fails: false,
+            concurrent_fetches: 1,
+            limits: Mutex::new(Vec::new()),
         }
     }
 
@@ -102,6 +108,7 @@ impl Resource for ScriptedSource {
 #[async_trait]
 impl Source for ScriptedSource {
     async fn fetch(&self, limit: usize) -> Result<Vec<Box<dyn Delivery>>> {
+        self.limits.lock().unwrap().push(limit);
         if let Some(gate) = &self.gate {
             self.log.push("fetch:waiting");
             gate.notified().await;
@@ -135,6 +142,9 @@ impl Source for ScriptedSource {
     }
     fn fetch_is_cancel_safe(&self) -> bool {
         self.cancel_safe
+    }
+    fn concurrent_fetches(&self) -> usize {
+        self.concurrent_fetches
     }
 }
 

@@ -279,6 +279,10 @@ impl<D: Dialect> LeasedExecutionBackend for SqlExecutionBackend<D> {
         Ok(Duration::try_from(lease_expires_at - now).unwrap_or(Duration::ZERO))
     }
 
+    fn concurrent_claims(&self) -> usize {
+        D::CONCURRENT_CLAIMS
+    }
+
     fn validate_result(&self, result: &Value) -> ExecutionResult<()> {
         encode_result(result, &self.inner.options.limits).map(|_| ())
     }

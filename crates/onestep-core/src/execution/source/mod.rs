@@ -380,6 +380,10 @@ impl<B: LeasedExecutionBackend + Clone + 'static> Source for ExecutionSource<B> 
         false
     }
 
+    fn concurrent_fetches(&self) -> usize {
+        self.backend.concurrent_claims()
+    }
+
     async fn wait_ready(&self, max: Duration) {
         self.backend
             .wait_for_work(&self.options.namespace, &self.options.task_names, max)

@@ -395,9 +395,9 @@ async fn gated_fetches(concurrent_fetches: usize) -> (Vec<usize>, Log) {
     (limits, log)
 }
 
-/// A source that may be fetched twice at once gets a second fetch while the first waits, for
-/// the slot freed meanwhile (never more than the free slots); a drain awaits both fetches and
-/// hands back what they claimed.
+/// A source that may be fetched twice at once gets a second fetch while another waits, for the
+/// slot freed meanwhile (never more than the free slots); a drain awaits both fetches and hands
+/// back what they claimed.
 #[tokio::test(start_paused = true)]
 async fn a_second_fetch_asks_only_for_slots_freed_meanwhile() {
     let (limits, log) = gated_fetches(2).await;
@@ -410,6 +410,54 @@ async fn a_second_fetch_asks_only_for_slots_freed_meanwhile() {
     assert_eq!(limits, [4, 1], "one fetch at a time by default");
     assert_eq!(log.count("ack:"), 4);
     assert_eq!(log.count("release:"), 1, "{:?}", log.entries());
+}
+
+/// Fetches side by side that both bring work start all of it within the concurrency, hand
+/// nothing back, and once the queue is empty the runner waits a poll interval between fetches
+/// instead of fetching again as each empty answer comes back.
+#[tokio::test]
+async fn fetches_side_by_side_share_the_slots_and_rest_when_the_queue_is_empty() {
+    let log = Log::default();
+    let mut source = ScriptedSource::new((0..60).map(|n| json!(n)), &log);
+    source.concurrent_fetches = 2;
+    source.fetch_delay = Duration::from_millis(3);
+    source.frees_slot_before_ack = true;
+    source.ack_delay = Duration::from_millis(2);
+    source.poll = Duration::from_millis(50);
+    let source = Arc::new(source);
+    let peak = Peak::default();
+    let app = OneStepApp::builder("app")
+        .task(
+            Task::new("t")
+                .source(source.clone())
+                .concurrency(8)
+                .handler(peak.handler(|| Duration::from_millis(fastrand::u64(1..6)))),
+        )
+        .build()
+        .unwrap();
+    let handle = app.handle();
+    let serve = tokio::spawn({
+        let app = app.clone();
+        async move { app.serve().await }
+    });
+    eventually(Duration::from_secs(10), || log.count("ack:") == 60).await;
+    let fetched_by_then = source.limits.lock().unwrap().len();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let idle_fetches = source.limits.lock().unwrap().len() - fetched_by_then;
+    handle.request_shutdown();
+    serve.await.unwrap().unwrap();
+    assert_eq!(
+        source
+            .most_fetching
+            .load(std::sync::atomic::Ordering::SeqCst),
+        2,
+        "two fetches were under way at once"
+    );
+    assert!(peak.most() <= 8, "{} handlers ran at once", peak.most());
+    assert_eq!(log.count("release:"), 0, "{:?}", log.entries());
+    assert_eq!(log.count("start:"), 60);
+    // Idle, a fetch every 50 ms is ~10 in 500 ms; fetching on each empty answer is thousands.
+    assert!(idle_fetches <= 25, "{idle_fetches} fetches in 500 ms idle");
 }
 
 #[tokio::test(start_paused = true)]

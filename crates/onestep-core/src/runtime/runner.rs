@@ -49,6 +49,8 @@ pub(crate) struct Runner {
     fetches: JoinSet<Fetched>,
     /// Free slots promised to the fetches under way: what they asked for.
     reserved: usize,
+    /// A fetch under way answered empty: no new fetch until the others have answered too.
+    quiet: bool,
 }
 
 /// A fetch's answer, with how many deliveries it asked for.
@@ -76,6 +78,7 @@ impl Runner {
             attempts: CancellationToken::new(),
             fetches: JoinSet::new(),
             reserved: 0,
+            quiet: false,
             rt,
         }
     }
@@ -111,6 +114,13 @@ impl Runner {
         let task = self.rt.task_name.clone();
         let concurrency = concurrency(&self.rt);
         let most_fetches = self.source.concurrent_fetches().max(1);
+        // With fetches side by side, one asks for at most a batch, so the slots it cannot fill
+        // stay free for the next. (With one, a source's own batch size may be a default it
+        // does not keep to, and nothing else could use the slots anyway.)
+        let most_asked = match most_fetches {
+            1 => usize::MAX,
+            _ => self.source.batch_size().max(1),
+        };
         // A fetch costs about the same for one delivery as for many (a claim is one
         // transaction), so while work is in flight, wait briefly for a quarter of the slots to
         // free up before fetching; idle runners fetch at once.
@@ -127,6 +137,7 @@ impl Runner {
                 self.settle_fetches().await;
                 waiting = None;
                 gather_until = None;
+                self.quiet = false;
                 if state.shutdown {
                     return Ok(());
                 }
@@ -135,13 +146,13 @@ impl Runner {
             }
 
             let free = self.free();
-            let may_fetch = waiting.is_none() && self.fetches.len() < most_fetches;
+            let may_fetch = waiting.is_none() && !self.quiet && self.fetches.len() < most_fetches;
             if may_fetch && free > 0 {
                 let busy = !self.inflight.is_empty() || !self.fetches.is_empty();
                 let now = Instant::now();
                 if free >= worth_fetching || !busy || gather_until.is_some_and(|t| now >= t) {
                     gather_until = None;
-                    self.start_fetch(free);
+                    self.start_fetch(free.min(most_asked));
                     continue;
                 }
                 gather_until.get_or_insert(now + gather);
@@ -149,7 +160,9 @@ impl Runner {
 
             // Wait for whatever lets the runner move on: a fetch's answer, a finished delivery,
             // enough free slots for the next fetch, the end of a pause, or a control change.
-            // Permits count the slots promised to fetches under way as free.
+            // Permits count the slots promised to fetches under way as free. While it waits, this
+            // acquire holds the permits it got so far; an executor taking a slot back for a
+            // failed ack's failure path (see `fetched`) queues behind it until the select ends.
             let wanted = if free == 0 { 1 } else { worth_fetching };
             let permits = (self.reserved + wanted).min(concurrency);
             let short_of_slots = may_fetch && self.slots.available_permits() < permits;
@@ -158,7 +171,10 @@ impl Runner {
             let slots = self.slots.clone();
             tokio::select! {
                 Some(done) = self.fetches.join_next(), if !self.fetches.is_empty() => {
-                    if let Some(pause) = self.fetched(done, control).await? {
+                    // A backoff already running is kept: it outranks a wait for work.
+                    if let Some(pause) = self.fetched(done, control).await?
+                        && waiting.is_none()
+                    {
                         waiting = Some(pause);
                     }
                 }
@@ -204,6 +220,11 @@ impl Runner {
             }
         };
         self.reserved -= asked;
+        // The last answer of a quiet spell ends it, whatever it says.
+        let last = self.fetches.is_empty();
+        if last {
+            self.quiet = false;
+        }
         let deliveries = match result {
             Ok(deliveries) => deliveries,
             Err(err) => match err.as_connector() {
@@ -219,8 +240,9 @@ impl Runner {
             },
         };
         if deliveries.is_empty() {
-            // Another fetch under way answers for the source; otherwise wait for work.
-            if !self.fetches.is_empty() {
+            // Nothing is ready: let the fetches under way answer, then wait for work.
+            if !last {
+                self.quiet = true;
                 return Ok(None);
             }
             let source = self.source.clone();

@@ -57,6 +57,11 @@ pub struct ScriptedSource {
     pub concurrent_fetches: usize,
     /// The `limit` of every fetch, in the order the fetches began.
     pub limits: Mutex<Vec<usize>>,
+    /// How long every fetch takes (after the gate); zero by default.
+    pub fetch_delay: Duration,
+    /// Fetches under way now, and the most ever under way at once.
+    pub fetching: Arc<std::sync::atomic::AtomicUsize>,
+    pub most_fetching: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl ScriptedSource {
@@ -77,6 +82,9 @@ impl ScriptedSource {
             ack_fails: false,
             concurrent_fetches: 1,
             limits: Mutex::new(Vec::new()),
+            fetch_delay: Duration::ZERO,
+            fetching: Arc::default(),
+            most_fetching: Arc::default(),
         }
     }
 
@@ -108,10 +116,37 @@ impl Resource for ScriptedSource {
 #[async_trait]
 impl Source for ScriptedSource {
     async fn fetch(&self, limit: usize) -> Result<Vec<Box<dyn Delivery>>> {
+        use std::sync::atomic::Ordering::SeqCst;
         self.limits.lock().unwrap().push(limit);
+        let now = self.fetching.fetch_add(1, SeqCst) + 1;
+        self.most_fetching.fetch_max(now, SeqCst);
+        let answer = self.answer(limit).await;
+        self.fetching.fetch_sub(1, SeqCst);
+        answer
+    }
+    fn batch_size(&self) -> usize {
+        100
+    }
+    fn poll_interval(&self) -> Duration {
+        self.poll
+    }
+    fn fetch_is_cancel_safe(&self) -> bool {
+        self.cancel_safe
+    }
+    fn concurrent_fetches(&self) -> usize {
+        self.concurrent_fetches
+    }
+}
+
+impl ScriptedSource {
+    /// What one fetch answers: scripted errors first, then up to `limit` bodies.
+    async fn answer(&self, limit: usize) -> Result<Vec<Box<dyn Delivery>>> {
         if let Some(gate) = &self.gate {
             self.log.push("fetch:waiting");
             gate.notified().await;
+        }
+        if !self.fetch_delay.is_zero() {
+            tokio::time::sleep(self.fetch_delay).await;
         }
         if let Some(err) = self.errors.lock().unwrap().pop_front() {
             self.log.push("fetch:error");
@@ -133,18 +168,6 @@ impl Source for ScriptedSource {
                 }) as Box<dyn Delivery>
             })
             .collect())
-    }
-    fn batch_size(&self) -> usize {
-        100
-    }
-    fn poll_interval(&self) -> Duration {
-        self.poll
-    }
-    fn fetch_is_cancel_safe(&self) -> bool {
-        self.cancel_safe
-    }
-    fn concurrent_fetches(&self) -> usize {
-        self.concurrent_fetches
     }
 }
 

@@ -101,8 +101,44 @@ pub struct ExecutionSource<B> {
     heartbeater: OnceLock<Arc<Heartbeater<B>>>,
     /// Claimed, not yet handed to the runner (`options.prefetch`), with when each was claimed.
     prefetched: Mutex<std::collections::VecDeque<(ExecutionLease, std::time::Instant)>>,
+    /// Buffer room that claims under way may fill (claims run side by side on some backends:
+    /// together they refill the buffer to `options.prefetch`, not each of them).
+    refilling: std::sync::atomic::AtomicUsize,
     /// The backlog probe of the queue-depth metrics, from `open` to `close`.
     backlog_probe: Mutex<Option<crate::metrics::execution::ProbeRegistration>>,
+}
+
+/// Buffer room one claim may fill ([`ExecutionSource::reserve_refill`]). The room is given
+/// back under the buffer's lock: by [`Refill::release`] once the claim's leases are in, or on
+/// drop when the claim failed.
+struct Refill<'a, B> {
+    source: &'a ExecutionSource<B>,
+    room: usize,
+}
+
+impl<B> Refill<'_, B> {
+    /// Gives the room back; the caller holds the buffer's lock (`_buffer`).
+    fn release<T>(mut self, _buffer: &std::sync::MutexGuard<'_, T>) {
+        let room = std::mem::take(&mut self.room);
+        self.source
+            .refilling
+            .fetch_sub(room, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+impl<B> Drop for Refill<'_, B> {
+    fn drop(&mut self) {
+        if self.room > 0 {
+            let _buffer = self
+                .source
+                .prefetched
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            self.source
+                .refilling
+                .fetch_sub(self.room, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
 }
 
 /// The largest prefetch buffer ([`ExecutionSourceOptions::prefetch`]).
@@ -127,6 +163,7 @@ impl<B: LeasedExecutionBackend + Clone + 'static> ExecutionSource<B> {
             completer: OnceLock::new(),
             heartbeater: OnceLock::new(),
             prefetched: Mutex::new(std::collections::VecDeque::new()),
+            refilling: std::sync::atomic::AtomicUsize::new(0),
             backlog_probe: Mutex::new(None),
         })
     }
@@ -200,6 +237,19 @@ impl<B: LeasedExecutionBackend + Clone + 'static> ExecutionSource<B> {
             }
         }
         (take, stale)
+    }
+
+    /// Takes the buffer room no claim under way will fill yet, for one claim to fill; the room
+    /// is given back when the returned guard drops (after the claim's leases are buffered).
+    fn reserve_refill(&self) -> Refill<'_, B> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let buffer = self.buffer();
+        let taken = buffer.len() + self.refilling.load(Relaxed);
+        let room = self.options.prefetch.saturating_sub(taken);
+        // Changed only under the buffer's lock, so the load above is still current.
+        self.refilling.fetch_add(room, Relaxed);
+        drop(buffer);
+        Refill { source: self, room }
     }
 
     /// Hands claimed, unstarted executions back (each is queued again, claimable at once).
@@ -315,7 +365,8 @@ impl<B: LeasedExecutionBackend + Clone + 'static> Source for ExecutionSource<B> 
             return Ok(self.deliveries(leases));
         }
         // Claim what the runner still wants plus what refills the buffer, at most a batch.
-        let want = (limit - leases.len() + self.options.prefetch).min(self.options.batch_size);
+        let refill = self.reserve_refill();
+        let want = (limit - leases.len() + refill.room).min(self.options.batch_size);
         let claimed = self
             .backend
             .claim(
@@ -358,7 +409,10 @@ impl<B: LeasedExecutionBackend + Clone + 'static> Source for ExecutionSource<B> 
         let missing = limit - leases.len();
         leases.extend(claimed.by_ref().take(missing));
         let now = std::time::Instant::now();
-        self.buffer().extend(claimed.map(|lease| (lease, now)));
+        let mut buffer = self.buffer();
+        buffer.extend(claimed.map(|lease| (lease, now)));
+        refill.release(&buffer);
+        drop(buffer);
         Ok(self.deliveries(leases))
     }
 
@@ -439,11 +493,12 @@ mod tests {
     use crate::execution::{ExecutionBackend, MemoryExecutionBackend};
 
     /// The memory backend whose heartbeats fail (retryably, as a dropped connection does) until
-    /// a moment.
+    /// a moment, and whose claims first wait `claim_delay` (a round trip).
     #[derive(Clone)]
     struct FlakyHeartbeats {
         inner: MemoryExecutionBackend,
         failing_until: std::time::Instant,
+        claim_delay: Duration,
     }
 
     #[async_trait]
@@ -480,6 +535,7 @@ mod tests {
             lease_duration: Duration,
             worker_id: &str,
         ) -> ExecutionResult<Vec<ExecutionLease>> {
+            tokio::time::sleep(self.claim_delay).await;
             self.inner
                 .claim(namespace, task_names, limit, lease_duration, worker_id)
                 .await
@@ -547,6 +603,7 @@ mod tests {
             // Lease 6 s, interval 2 s: the ticks fall at 1, 2 … 6 s, so a retry waiting for a
             // tick after 5.2 s would come at 6 s, when the lease has ended.
             failing_until: std::time::Instant::now() + Duration::from_millis(5200),
+            claim_delay: Duration::ZERO,
         };
         let request = ExecutionRequest::new("ns", "t", json!(1), SubmitOptions::default()).unwrap();
         let id = backend.submit(request).await.unwrap().id;
@@ -570,6 +627,44 @@ mod tests {
         deliveries[0].ack().await.unwrap();
         let done = inner.get("ns", id).await.unwrap().unwrap();
         assert_eq!(done.status, ExecutionStatus::Succeeded);
+    }
+
+    /// Two fetches side by side (a runner with two claims in flight) refill the prefetch buffer
+    /// together: the first claim takes the buffer's room, the second only what it was asked for.
+    #[tokio::test(start_paused = true)]
+    async fn fetches_side_by_side_fill_the_prefetch_buffer_once() {
+        let inner = MemoryExecutionBackend::new();
+        let backend = FlakyHeartbeats {
+            inner: inner.clone(),
+            failing_until: std::time::Instant::now(),
+            claim_delay: Duration::from_millis(10),
+        };
+        for n in 0..20 {
+            let request =
+                ExecutionRequest::new("ns", "t", json!(n), SubmitOptions::default()).unwrap();
+            backend.submit(request).await.unwrap();
+        }
+        let source = ExecutionSource::new(
+            backend,
+            ExecutionSourceOptions::new("ns", "t").with_prefetch(4),
+        )
+        .unwrap();
+        let (a, b) = tokio::join!(source.fetch(1), source.fetch(1));
+        assert_eq!((a.unwrap().len(), b.unwrap().len()), (1, 1));
+        assert_eq!(
+            source.buffer().len(),
+            4,
+            "the buffer holds `prefetch`, not twice it"
+        );
+        assert_eq!(
+            source.refilling.load(std::sync::atomic::Ordering::Relaxed),
+            0
+        );
+        let queued = inner
+            .claim("ns", &["t".into()], 100, Duration::from_secs(30), "other")
+            .await
+            .unwrap();
+        assert_eq!(queued.len(), 14, "claimed: 1 + 1 + 4 of 20");
     }
 
     /// The renewer's ticking task dies with the runtime that started it; a source used on from

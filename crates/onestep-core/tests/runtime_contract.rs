@@ -8,12 +8,20 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use onestep_core::{
-    ConnectorErrorKind, EmitBinding, EmitRoute, Error, FailureInfo, MaxAttempts, MemoryQueue,
-    OneStepApp, Sink, Task, TaskContext, TaskError,
+    AppHandle, ConnectorErrorKind, EmitBinding, EmitRoute, Error, FailureInfo, MaxAttempts,
+    MemoryQueue, OneStepApp, Sink, Task, TaskContext, TaskError,
 };
 use serde_json::{Value, json};
 use support::*;
 use tokio::sync::Notify;
+
+/// Serves `app` on a task of its own; returns its handle and the serving task.
+fn serve_in_background(
+    app: &OneStepApp,
+) -> (AppHandle, tokio::task::JoinHandle<onestep_core::Result<()>>) {
+    let app = app.clone();
+    (app.handle(), tokio::spawn(async move { app.serve().await }))
+}
 
 fn shutdown_after(app: &OneStepApp, after: Duration) {
     let handle = app.handle();
@@ -323,11 +331,7 @@ async fn drain_during_a_non_cancel_safe_fetch_releases_what_it_claimed() {
         )
         .build()
         .unwrap();
-    let handle = app.handle();
-    let serve = tokio::spawn({
-        let app = app.clone();
-        async move { app.serve().await }
-    });
+    let (handle, serve) = serve_in_background(&app);
     eventually(Duration::from_secs(1), || log.count("fetch:waiting") == 1).await;
     handle.request_drain();
     tokio::time::sleep(Duration::from_millis(50)).await;
@@ -373,11 +377,7 @@ async fn gated_fetches(concurrent_fetches: usize) -> (Vec<usize>, Log) {
         )
         .build()
         .unwrap();
-    let handle = app.handle();
-    let serve = tokio::spawn({
-        let app = app.clone();
-        async move { app.serve().await }
-    });
+    let (handle, serve) = serve_in_background(&app);
     eventually(Duration::from_secs(1), || log.count("fetch:waiting") == 1).await;
     gate.notify_one();
     eventually(Duration::from_secs(1), || log.count("ack:") == 2).await;
@@ -435,11 +435,7 @@ async fn fetches_side_by_side_share_the_slots_and_rest_when_the_queue_is_empty()
         )
         .build()
         .unwrap();
-    let handle = app.handle();
-    let serve = tokio::spawn({
-        let app = app.clone();
-        async move { app.serve().await }
-    });
+    let (handle, serve) = serve_in_background(&app);
     eventually(Duration::from_secs(10), || log.count("ack:") == 60).await;
     let fetched_by_then = source.limits.lock().unwrap().len();
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -752,11 +748,7 @@ async fn pause_parks_one_task_and_resume_restarts_it() {
             ))
             .build()
             .unwrap();
-    let handle = app.handle();
-    let serve = tokio::spawn({
-        let app = app.clone();
-        async move { app.serve().await }
-    });
+    let (handle, serve) = serve_in_background(&app);
     handle.wait_task_running("t").await;
     handle.pause_task("t").unwrap();
     handle.wait_task_parked("t").await;
@@ -918,11 +910,7 @@ async fn a_single_free_slot_is_filled_while_long_tasks_run() {
             .await
             .unwrap();
     }
-    let handle = app.handle();
-    let serve = tokio::spawn({
-        let app = app.clone();
-        async move { app.serve().await }
-    });
+    let (handle, serve) = serve_in_background(&app);
     eventually(Duration::from_secs(5), || {
         started.load(Ordering::SeqCst) == 7
     })

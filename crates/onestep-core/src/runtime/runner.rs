@@ -114,17 +114,18 @@ impl Runner {
         let task = self.rt.task_name.clone();
         let concurrency = concurrency(&self.rt);
         let most_fetches = self.source.concurrent_fetches().max(1);
+        let batch_size = self.source.batch_size().max(1);
         // With fetches side by side, one asks for at most a batch, so the slots it cannot fill
         // stay free for the next. (With one, a source's own batch size may be a default it
         // does not keep to, and nothing else could use the slots anyway.)
         let most_asked = match most_fetches {
             1 => usize::MAX,
-            _ => self.source.batch_size().max(1),
+            _ => batch_size,
         };
         // A fetch costs about the same for one delivery as for many (a claim is one
         // transaction), so while work is in flight, wait briefly for a quarter of the slots to
         // free up before fetching; idle runners fetch at once.
-        let worth_fetching = (concurrency / 4).clamp(1, self.source.batch_size().max(1));
+        let worth_fetching = (concurrency / 4).clamp(1, batch_size);
         let gather = COALESCE_WAIT.min(self.source.poll_interval());
         // When the runner fetches with fewer than `worth_fetching` free slots anyway.
         let mut gather_until: Option<Instant> = None;
@@ -137,7 +138,6 @@ impl Runner {
                 self.settle_fetches().await;
                 waiting = None;
                 gather_until = None;
-                self.quiet = false;
                 if state.shutdown {
                     return Ok(());
                 }
@@ -280,7 +280,8 @@ impl Runner {
     }
 
     /// Ends every fetch under way and hands back what they claimed: a cancel-safe source's
-    /// fetches are dropped, any other's are awaited (they may have claimed work).
+    /// fetches are dropped, any other's are awaited (they may have claimed work). No fetch is
+    /// then under way, so no slot is promised and no quiet spell lasts.
     async fn settle_fetches(&mut self) {
         if self.source.fetch_is_cancel_safe() {
             self.fetches.abort_all();
@@ -299,6 +300,7 @@ impl Runner {
             }
         }
         self.reserved = 0;
+        self.quiet = false;
     }
 
     /// Drops finished executions from the in-flight set without waiting.

@@ -111,12 +111,12 @@ pub struct ExecutionSource<B> {
 /// Buffer room one claim may fill ([`ExecutionSource::reserve_refill`]). The room is given
 /// back under the buffer's lock: by [`Refill::release`] once the claim's leases are in, or on
 /// drop when the claim failed.
-struct Refill<'a, B> {
+struct Refill<'a, B: LeasedExecutionBackend + Clone + 'static> {
     source: &'a ExecutionSource<B>,
     room: usize,
 }
 
-impl<B> Refill<'_, B> {
+impl<B: LeasedExecutionBackend + Clone + 'static> Refill<'_, B> {
     /// Gives the room back; the caller holds the buffer's lock (`_buffer`).
     fn release<T>(mut self, _buffer: &std::sync::MutexGuard<'_, T>) {
         let room = std::mem::take(&mut self.room);
@@ -126,14 +126,10 @@ impl<B> Refill<'_, B> {
     }
 }
 
-impl<B> Drop for Refill<'_, B> {
+impl<B: LeasedExecutionBackend + Clone + 'static> Drop for Refill<'_, B> {
     fn drop(&mut self) {
         if self.room > 0 {
-            let _buffer = self
-                .source
-                .prefetched
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let _buffer = self.source.buffer();
             self.source
                 .refilling
                 .fetch_sub(self.room, std::sync::atomic::Ordering::Relaxed);

@@ -255,6 +255,31 @@ async fn non_retryable_fetch_error_stops_the_app_with_that_error() {
     );
 }
 
+/// A fetch that panics stops the app with an error naming the panic, and resources close.
+#[tokio::test(start_paused = true)]
+async fn a_panicking_fetch_stops_the_app_with_an_error() {
+    let log = Log::default();
+    let mut source = ScriptedSource::new([], &log);
+    source.fetch_panics = true;
+    let app = OneStepApp::builder("app")
+        .task(
+            Task::new("t")
+                .source(Arc::new(source))
+                .handler(|_ctx: TaskContext, _v: Value| async { Ok::<_, TaskError>(()) }),
+        )
+        .build()
+        .unwrap();
+    let err = tokio::time::timeout(Duration::from_secs(5), app.serve())
+        .await
+        .expect("app must stop")
+        .unwrap_err();
+    assert!(err.to_string().contains("panicked"), "{err}");
+    assert!(
+        log.entries().contains(&"close:scripted".to_string()),
+        "resources are closed on failure"
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn shutdown_timeout_cancels_in_flight_work_and_retries_the_delivery() {
     let log = Log::default();

@@ -57,6 +57,8 @@ pub struct ScriptedSource {
     pub concurrent_fetches: usize,
     /// The `limit` of every fetch, in the order the fetches began.
     pub limits: Mutex<Vec<usize>>,
+    /// When set, every fetch panics.
+    pub fetch_panics: bool,
     /// How long every fetch takes (after the gate); zero by default.
     pub fetch_delay: Duration,
     /// Fetches under way now, and the most ever under way at once.
@@ -82,6 +84,7 @@ impl ScriptedSource {
             ack_fails: false,
             concurrent_fetches: 1,
             limits: Mutex::new(Vec::new()),
+            fetch_panics: false,
             fetch_delay: Duration::ZERO,
             fetching: Arc::default(),
             most_fetching: Arc::default(),
@@ -148,6 +151,7 @@ impl ScriptedSource {
         if !self.fetch_delay.is_zero() {
             tokio::time::sleep(self.fetch_delay).await;
         }
+        assert!(!self.fetch_panics, "scripted fetch panic");
         if let Some(err) = self.errors.lock().unwrap().pop_front() {
             self.log.push("fetch:error");
             return Err(err);

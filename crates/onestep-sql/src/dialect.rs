@@ -246,6 +246,13 @@ pub trait Dialect: Send + Sync + Sized + 'static {
     /// alternating burn-down rounds within 1 %) and on SQLite, which has one writer.
     const CONCURRENT_CLAIMS: usize = 1;
 
+    /// Whether concurrent submits are written together: the submits that wait while one is
+    /// being written go in next, in one transaction, each answered on its own (group commit).
+    /// For a dialect with one writer whose commit waits for the disk (SQLite), where one
+    /// transaction per submit falls behind on a busy machine. `false` (the default): each
+    /// submit is its own transaction, and the server's own group commit merges the flushes.
+    const GROUP_SUBMITS: bool = false;
+
     /// The statements of fixed shape for batches, and the writers that run them, when the
     /// dialect has them (PostgreSQL); see [`BatchPaths`]. `None` (the default): the statements
     /// every dialect runs.

@@ -142,6 +142,7 @@ impl Dialect for Sqlite {
     const SCHEMA: schema::Dialect = schema::Dialect::Sqlite;
     const FOR_UPDATE: &'static str = "";
     const SKIP_LOCKED: &'static str = "";
+    const GROUP_SUBMITS: bool = true;
 
     fn render(sql: &str) -> String {
         sql.to_string()

@@ -40,6 +40,7 @@ macro_rules! execution_conformance {
             executions_without_a_key_never_conflict,
             submit_many_applies_the_rules_to_each_item,
             submit_many_stores_each_row_as_returned,
+            submits_side_by_side_are_each_answered_as_if_alone,
             get_in_another_namespace_returns_none,
             cancel_of_queued_and_retrying_work_is_immediate,
             cancel_of_running_work_requests_cooperative_cancellation,

@@ -32,6 +32,9 @@ impl<D: Dialect> ExecutionBackend for SqlExecutionBackend<D> {
     }
 
     async fn submit(&self, request: ExecutionRequest) -> ExecutionResult<Execution> {
+        if D::GROUP_SUBMITS {
+            return self.submit_grouped(request).await;
+        }
         retry_transient(|| self.submit_one(request.clone())).await
     }
 
@@ -42,32 +45,7 @@ impl<D: Dialect> ExecutionBackend for SqlExecutionBackend<D> {
         if requests.len() < 2 {
             return Ok(self.submit_one_by_one(requests).await);
         }
-        // Where the dialect's batch insert skips taken keys, first try the batch as all new
-        // (no look-up); a batch that turns out to repeat a stored key goes again with one. After
-        // a batch whose look-up found stored keys (a client resubmitting), batches read their
-        // keys first until one finds none, so retries do not pay for an insert and a rollback.
-        let optimistic = self.inner.statements.insert_many.is_some()
-            && !self.inner.batch_keys_were_stored.load(Ordering::Relaxed);
-        let mut out = retry_transient(|| self.submit_batch(&requests, !optimistic)).await;
-        if optimistic && matches!(out, Ok(None)) {
-            out = retry_transient(|| self.submit_batch(&requests, true)).await;
-        }
-        // A concurrent submit took one of the keys between our check and the insert (a skipped
-        // row, or a unique violation): the transaction rolled back, so submitting one by one
-        // resolves each key on its own.
-        let raced = match out {
-            Ok(Some(out)) => {
-                self.wake_local();
-                return Ok(out);
-            }
-            Ok(None) => None,
-            Err(err) if is_unique_violation(&err) => Some(err),
-            // Any other failure (including a lost COMMIT reply) leaves the outcome unknown:
-            // report it rather than submitting again, which could duplicate keyless requests.
-            Err(err) => return Err(err),
-        };
-        tracing::debug!(error = ?raced, "batched submit raced on a key; submitting one by one");
-        Ok(self.submit_one_by_one(requests).await)
+        self.submit_together(requests).await
     }
 
     async fn get(&self, namespace: &str, id: Uuid) -> ExecutionResult<Option<Execution>> {

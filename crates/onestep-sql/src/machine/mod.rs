@@ -4,6 +4,7 @@
 //! |---|---|
 //! | `backend` | the [`ExecutionBackend`] and [`LeasedExecutionBackend`] contract: retries of transient errors, one-by-one fallbacks |
 //! | `submit` | submit one request or a batch; wake idle workers |
+//! | `group` | group commit of submits (SQLite): submits waiting for the connection written in one transaction |
 //! | `claim` | claim ready executions (one statement, or in steps) |
 //! | `maintain` | at claim time: expire what waited past `expires_at`, reclaim expired leases |
 //! | `lease` | check, renew and release a lease |
@@ -21,6 +22,7 @@ mod admin;
 mod backend;
 mod claim;
 mod complete;
+mod group;
 mod inspect;
 mod json_batch;
 mod lease;
@@ -205,6 +207,8 @@ struct Inner<D: Dialect> {
     /// Whether the last batched submit that read its keys found some already stored: the next
     /// batch then reads its keys first instead of trying them as new (see `submit_many`).
     batch_keys_were_stored: std::sync::atomic::AtomicBool,
+    /// Submits waiting to be written together ([`Dialect::GROUP_SUBMITS`]).
+    group: group::SubmitGroup,
     /// Bumped when work may have become claimable (in this process, or notified by another).
     work: Arc<tokio::sync::watch::Sender<u64>>,
     /// The LISTEN task, started by the first idle worker.
@@ -389,6 +393,7 @@ impl<D: Dialect> SqlExecutionBackend<D> {
                 last_maintenance: std::sync::Mutex::new(None),
                 last_expiry_sweep: std::sync::Mutex::new(None),
                 batch_keys_were_stored: std::sync::atomic::AtomicBool::new(false),
+                group: group::SubmitGroup::default(),
                 work: Arc::new(tokio::sync::watch::Sender::new(0)),
                 listener: std::sync::OnceLock::new(),
                 last_notify: std::sync::Mutex::new(None),

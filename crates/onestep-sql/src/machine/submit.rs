@@ -31,16 +31,51 @@ impl<D: Dialect> SqlExecutionBackend<D> {
         ]
     }
 
-    /// Submits each request in its own transaction, in order (`submit`, with transient retries).
+    /// Submits each request in its own transaction, in order, with transient retries (what
+    /// `submit` does for one, without the group: a group's writer falls back to this).
     pub(super) async fn submit_one_by_one(
         &self,
         requests: Vec<ExecutionRequest>,
     ) -> Vec<ExecutionResult<Execution>> {
         let mut out = Vec::with_capacity(requests.len());
         for r in requests {
-            out.push(ExecutionBackend::submit(self, r).await);
+            out.push(retry_transient(|| self.submit_one(r.clone())).await);
         }
         out
+    }
+
+    /// Submits two or more requests in one transaction (`submit_many`, and a group of
+    /// submits), falling back to one by one when a concurrent submit took one of their keys.
+    pub(super) async fn submit_together(
+        &self,
+        requests: Vec<ExecutionRequest>,
+    ) -> ExecutionResult<Vec<ExecutionResult<Execution>>> {
+        // Where the dialect's batch insert skips taken keys, first try the batch as all new
+        // (no look-up); a batch that turns out to repeat a stored key goes again with one. After
+        // a batch whose look-up found stored keys (a client resubmitting), batches read their
+        // keys first until one finds none, so retries do not pay for an insert and a rollback.
+        let optimistic = self.inner.statements.insert_many.is_some()
+            && !self.inner.batch_keys_were_stored.load(Ordering::Relaxed);
+        let mut out = retry_transient(|| self.submit_batch(&requests, !optimistic)).await;
+        if optimistic && matches!(out, Ok(None)) {
+            out = retry_transient(|| self.submit_batch(&requests, true)).await;
+        }
+        // A concurrent submit took one of the keys between our check and the insert (a skipped
+        // row, or a unique violation): the transaction rolled back, so submitting one by one
+        // resolves each key on its own.
+        let raced = match out {
+            Ok(Some(out)) => {
+                self.wake_local();
+                return Ok(out);
+            }
+            Ok(None) => None,
+            Err(err) if is_unique_violation(&err) => Some(err),
+            // Any other failure (including a lost COMMIT reply) leaves the outcome unknown:
+            // report it rather than submitting again, which could duplicate keyless requests.
+            Err(err) => return Err(err),
+        };
+        tracing::debug!(error = ?raced, "batched submit raced on a key; submitting one by one");
+        Ok(self.submit_one_by_one(requests).await)
     }
 
     pub(super) async fn submit_one(&self, request: ExecutionRequest) -> ExecutionResult<Execution> {

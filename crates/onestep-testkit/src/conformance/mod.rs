@@ -8,6 +8,7 @@ mod api;
 mod claim;
 mod complete;
 mod lease;
+mod side_by_side;
 mod submit;
 mod worker;
 
@@ -15,6 +16,7 @@ pub use api::*;
 pub use claim::*;
 pub use complete::*;
 pub use lease::*;
+pub use side_by_side::*;
 pub use submit::*;
 pub use worker::*;
 
@@ -24,7 +26,7 @@ use onestep_core::execution::{
     ExecutionBackend, ExecutionCompletion, ExecutionErrorDetail, ExecutionLease, ExecutionLimits,
     ExecutionQuery, ExecutionRequest, ExecutionStatus, LeasedExecutionBackend, SubmitOptions,
 };
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use crate::{BackendFactory, Setup};
 
@@ -174,5 +176,24 @@ fn query(task: Option<&str>, status: Option<ExecutionStatus>, limit: u32) -> Exe
         status,
         limit,
         cursor: None,
+    }
+}
+
+/// A request built field by field, as a direct backend user may, bypassing
+/// `ExecutionRequest::new`.
+fn built(
+    task: &str,
+    payload: Value,
+    key: Option<&str>,
+    metadata: Map<String, Value>,
+) -> ExecutionRequest {
+    ExecutionRequest {
+        namespace: NS.into(),
+        task_name: task.into(),
+        payload,
+        idempotency_key: key.map(str::to_string),
+        metadata,
+        delay_s: None,
+        expires_at: None,
     }
 }

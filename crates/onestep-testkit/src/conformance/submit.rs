@@ -689,22 +689,3 @@ pub async fn top_level_numbers_round_trip_exactly<F: BackendFactory>(f: &F) {
         );
     }
 }
-
-/// A request built field by field, as a direct backend user may, bypassing
-/// `ExecutionRequest::new`.
-fn built(
-    task: &str,
-    payload: Value,
-    key: Option<&str>,
-    metadata: Map<String, Value>,
-) -> ExecutionRequest {
-    ExecutionRequest {
-        namespace: NS.into(),
-        task_name: task.into(),
-        payload,
-        idempotency_key: key.map(str::to_string),
-        metadata,
-        delay_s: None,
-        expires_at: None,
-    }
-}

@@ -1,6 +1,6 @@
 //! Group commit of submits on SQLite: the submits that wait while another is being written go in
-//! together, in one transaction; and when the task writing them is stopped with its runtime, the
-//! submits it had not taken yet are written by their own callers, not lost or left waiting.
+//! together, in one transaction; a submit never waits for a writer on another runtime; and a
+//! writer dropped with its runtime leaves no submit waiting.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
@@ -8,20 +8,19 @@ mod support;
 use std::collections::HashSet;
 use std::time::Duration;
 
-use onestep_core::execution::{ExecutionBackend, ExecutionQuery, ExecutionRequest, SubmitOptions};
-use onestep_sql::dsn::Dsn;
-use onestep_sql::sqlite::{Sqlite, SqliteExecutionBackend};
-use onestep_sql::{Dialect, PoolSettings};
+use onestep_core::execution::{
+    ExecutionBackend, ExecutionError, ExecutionQuery, ExecutionRequest, SubmitOptions,
+};
+use onestep_sql::sqlite::SqliteExecutionBackend;
 use serde_json::json;
 
 fn request(i: usize) -> ExecutionRequest {
     ExecutionRequest::new("group", "t", json!({"i": i}), SubmitOptions::default()).unwrap()
 }
 
-fn backend(dir: &tempfile::TempDir) -> (SqliteExecutionBackend, String) {
+fn backend(dir: &tempfile::TempDir) -> SqliteExecutionBackend {
     let dsn = format!("sqlite://{}/group.db?mode=rwc", dir.path().display());
-    let b = SqliteExecutionBackend::new(&dsn, support::live::fresh_options()).unwrap();
-    (b, dsn)
+    SqliteExecutionBackend::new(&dsn, support::live::fresh_options()).unwrap()
 }
 
 async fn stored(b: &SqliteExecutionBackend) -> Vec<serde_json::Value> {
@@ -41,7 +40,7 @@ async fn stored(b: &SqliteExecutionBackend) -> Vec<serde_json::Value> {
 #[tokio::test]
 async fn submits_made_at_once_are_written_together() {
     let dir = support::sqlite_dir();
-    let (b, _) = backend(&dir);
+    let b = backend(&dir);
     b.submit(request(0)).await.unwrap(); // creates the tables
 
     let mut calls = tokio::task::JoinSet::new();
@@ -65,64 +64,114 @@ async fn submits_made_at_once_are_written_together() {
     assert_eq!(stored(&b).await.len(), 61);
 }
 
-/// The writer runs in the runtime of the submit that started it. When that runtime shuts down
-/// while the writer waits for the database, a submit waiting behind it (from another runtime)
-/// is handed back and written by its own caller.
+/// A writer task belongs to the runtime of the submit that started it, and only submits on that
+/// runtime wait for it. Here a submit starts its writer in a runtime that never runs: a submit
+/// from another runtime is written alone instead of waiting
+/// for it. Dropped unpolled with its runtime, the writer leaves nothing behind: submits are
+/// grouped again, and the abandoned submit was never written.
 #[test]
-fn a_submit_waiting_behind_a_stopped_writer_is_written_by_its_caller() {
+fn a_writer_that_never_runs_holds_up_no_one_and_leaves_nothing_behind() {
     let dir = support::sqlite_dir();
-    let main = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+    let main = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
-    let (b, dsn) = main.block_on(async {
-        let (b, dsn) = backend(&dir);
+    let b = main.block_on(async {
+        let b = backend(&dir);
         b.submit(request(0)).await.unwrap(); // creates the tables, opens the connection
-        (b, dsn)
+        b
     });
 
-    // Another process takes the database's write lock.
-    let (other, lock) = main.block_on(async {
-        let settings = PoolSettings {
-            max_connections: 1,
-            acquire_timeout: Duration::from_secs(5),
-        };
-        let other = Sqlite::connect_lazy(&Dsn::parse(&dsn).unwrap(), &settings).unwrap();
-        let lock = Sqlite::begin(&other).await.unwrap();
-        (other, lock)
-    });
-
-    // A submit in a second runtime starts the writer, which waits for the lock.
-    let second = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
+    let idle = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
-    let first = b.clone();
-    let _abandoned = second.spawn(async move { first.submit(request(1)).await });
-    std::thread::sleep(Duration::from_millis(300));
+    {
+        // Polled once in the idle runtime's context: the submit queues and spawns its writer
+        // there, and is dropped; nothing ever drives that runtime.
+        let _entered = idle.enter();
+        let mut submit = b.submit(request(1));
+        let polled = submit
+            .as_mut()
+            .poll(&mut std::task::Context::from_waker(std::task::Waker::noop()));
+        assert!(polled.is_pending(), "the submit was answered at once");
+    }
 
-    // A submit from the main runtime waits behind it; then the second runtime shuts down.
-    let waiting = b.clone();
-    let behind = main.spawn(async move { waiting.submit(request(2)).await });
-    std::thread::sleep(Duration::from_millis(300));
-    second.shutdown_background();
-
-    // The lock goes; the waiting submit is written by its own caller.
     main.block_on(async {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        lock.rollback().await.unwrap();
-        let answer = tokio::time::timeout(Duration::from_secs(20), behind)
+        let alone = tokio::time::timeout(Duration::from_secs(20), b.submit(request(2)))
             .await
-            .expect("the submit waiting behind the stopped writer was never answered")
-            .unwrap()
+            .expect("a submit waited for the writer of a runtime that does not run")
             .unwrap();
-        assert_eq!(answer.payload, json!({"i": 2}));
+        assert_eq!(alone.payload, json!({"i": 2}));
+    });
+
+    drop(idle);
+    main.block_on(async {
+        let mut calls = tokio::task::JoinSet::new();
+        for i in 3..23 {
+            let b = b.clone();
+            calls.spawn(async move { b.submit(request(i)).await.unwrap() });
+        }
+        let answered = tokio::time::timeout(Duration::from_secs(20), async {
+            let mut times = HashSet::new();
+            while let Some(e) = calls.join_next().await {
+                times.insert(e.unwrap().created_at);
+            }
+            times
+        })
+        .await
+        .expect("submits waited for a writer that was dropped");
+        assert_eq!(
+            answered.len(),
+            1,
+            "20 submits made at once after the idle runtime went were not written together"
+        );
         let mut payloads = stored(&b).await;
         payloads.sort_by_key(|p| p["i"].as_u64());
-        // The stopped writer's own submit never reached the database.
-        assert_eq!(payloads, vec![json!({"i": 0}), json!({"i": 2})]);
-        other.close().await;
+        let expected: Vec<_> = [0, 2]
+            .into_iter()
+            .chain(3..23)
+            .map(|i| json!({"i": i}))
+            .collect();
+        assert_eq!(payloads, expected, "the abandoned submit was never written");
     });
+}
+
+/// When a group fails as a whole (here its table is gone), each valid member gets the group's
+/// error, and an invalid one the error it would get alone, not a database error it could retry.
+#[tokio::test]
+async fn an_invalid_submit_in_a_failed_group_gets_its_own_error() {
+    let dir = support::sqlite_dir();
+    let dsn = format!("sqlite://{}/group.db?mode=rwc", dir.path().display());
+    let options = support::live::fresh_options();
+    let (executions, attempts) = (options.table.clone(), options.attempts_table.clone());
+    let b = SqliteExecutionBackend::new(&dsn, options).unwrap();
+    b.submit(request(0)).await.unwrap(); // creates the tables
+    let other = sqlx::SqlitePool::connect(&dsn).await.unwrap();
+    for table in [attempts, executions] {
+        sqlx::query(&format!("DROP TABLE \"{table}\""))
+            .execute(&other)
+            .await
+            .unwrap();
+    }
+    other.close().await;
+
+    let mut nul = request(2);
+    nul.payload = json!({"bad": "x\u{0}"});
+    let mut calls = tokio::task::JoinSet::new();
+    for (i, r) in [request(1), nul, request(3)].into_iter().enumerate() {
+        let b = b.clone();
+        calls.spawn(async move { (i, b.submit(r).await) });
+    }
+    let mut answers = calls.join_all().await;
+    answers.sort_by_key(|(i, _)| *i);
+    for (i, answer) in answers {
+        match (i, answer) {
+            (1, Err(ExecutionError::InvalidArgument { field, .. })) => assert_eq!(field, "payload"),
+            (0 | 2, Err(ExecutionError::Connector(c))) => {
+                assert!(c.to_string().contains("no such table"), "{c}")
+            }
+            (i, other) => panic!("submit {i} answered {other:?}"),
+        }
+    }
 }

@@ -43,9 +43,9 @@ impl<D: Dialect> ExecutionBackend for SqlExecutionBackend<D> {
         requests: Vec<ExecutionRequest>,
     ) -> ExecutionResult<Vec<ExecutionResult<Execution>>> {
         if requests.len() < 2 {
-            return Ok(self.submit_one_by_one(requests).await);
+            return Ok(self.submit_one_by_one(&requests).await);
         }
-        self.submit_together(requests).await
+        self.submit_together(&requests).await
     }
 
     async fn get(&self, namespace: &str, id: Uuid) -> ExecutionResult<Option<Execution>> {

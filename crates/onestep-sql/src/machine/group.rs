@@ -9,9 +9,11 @@
 //! arrive while the connection is busy.
 //!
 //! The writes run in a task of their own, so a caller that stops waiting does not cancel the
-//! others' write. If that task is dropped (its runtime shut down) the submits it had not taken
-//! yet are handed back to their callers, who write them themselves; the callers of the group in
-//! flight learn that its outcome is unknown, as after a lost `COMMIT` reply.
+//! others' write. Only callers on the writer's tokio runtime wait for it: a submit from another
+//! runtime is written alone, so it never depends on a runtime that may stop running. If the
+//! writer task is dropped (its runtime shut down, before it ever ran too) or panics, the submits
+//! it had not taken yet are handed back to their callers, who write them themselves; the callers
+//! of the group in flight learn that its outcome is unknown, as after a lost `COMMIT` reply.
 
 use std::sync::Mutex;
 
@@ -19,9 +21,11 @@ use tokio::sync::oneshot;
 
 use super::*;
 
-/// The most submits one group writes: a group is one transaction, and every member waits for
-/// all of it.
-const MAX_GROUP: usize = 500;
+/// The most submits one group writes: a group is one transaction, every member waits for all of
+/// it, and its rows are held in memory while it is written (100 payloads at the 1 MiB limit are
+/// what a `submit_many` of 100 holds). Under a steady load groups stay far smaller: they hold what
+/// arrived during one write.
+const MAX_GROUP: usize = 100;
 
 /// The submits waiting to be written, and whether a writer task is running.
 #[derive(Default)]
@@ -32,8 +36,9 @@ pub(super) struct SubmitGroup {
 #[derive(Default)]
 struct GroupState {
     waiting: Vec<Waiting>,
-    /// A writer task is running; it takes every waiting submit before it ends.
-    writing: bool,
+    /// The runtime of the writer task, while one runs; it takes every waiting submit before it
+    /// ends.
+    writer: Option<tokio::runtime::Id>,
 }
 
 /// A submit waiting for the writer, and where its answer goes.
@@ -61,20 +66,21 @@ impl SubmitGroup {
     }
 }
 
-/// Clears the writer's flag and hands the waiting submits back when the writer task is dropped
-/// before it finished: its runtime shut down, or it panicked (see the module's documentation).
-struct WriterGone<'a> {
-    group: &'a SubmitGroup,
+/// Owned by the writer task from its spawning on: when the task is dropped before it finished
+/// (its runtime shut down, even before the task first ran, or it panicked), clears the writer and
+/// hands the waiting submits back to their callers (see the module's documentation).
+struct WriterGone<D: Dialect> {
+    backend: SqlExecutionBackend<D>,
     finished: bool,
 }
 
-impl Drop for WriterGone<'_> {
+impl<D: Dialect> Drop for WriterGone<D> {
     fn drop(&mut self) {
         if self.finished {
             return;
         }
-        let mut state = self.group.state();
-        state.writing = false;
+        let mut state = self.backend.inner.group.state();
+        state.writer = None;
         for waiting in state.waiting.drain(..) {
             let _ = waiting
                 .answer
@@ -90,14 +96,35 @@ impl<D: Dialect> SqlExecutionBackend<D> {
         &self,
         request: ExecutionRequest,
     ) -> ExecutionResult<Execution> {
+        let here = tokio::runtime::Handle::try_current().map(|h| h.id()).ok();
         let (answer, answered) = oneshot::channel();
-        let start_writer = {
+        // `Ok(start a writer?)` when the request waits for the writer; `Err(request)` when it is
+        // written alone, because the writer runs on another runtime (or there is none here).
+        let queued = {
             let mut state = self.inner.group.state();
-            state.waiting.push(Waiting { request, answer });
-            !std::mem::replace(&mut state.writing, true)
+            match (state.writer, here) {
+                (None, Some(here)) => {
+                    state.writer = Some(here);
+                    state.waiting.push(Waiting { request, answer });
+                    Ok(true)
+                }
+                (Some(writer), Some(here)) if writer == here => {
+                    state.waiting.push(Waiting { request, answer });
+                    Ok(false)
+                }
+                _ => Err(request),
+            }
+        };
+        let start_writer = match queued {
+            Ok(start_writer) => start_writer,
+            Err(request) => return retry_transient(|| self.submit_one(request.clone())).await,
         };
         if start_writer {
-            tokio::spawn(self.clone().write_groups());
+            let gone = WriterGone {
+                backend: self.clone(),
+                finished: false,
+            };
+            tokio::spawn(self.clone().write_groups(gone));
         }
         match answered.await {
             Ok(Answer::Written(result)) => *result,
@@ -114,16 +141,12 @@ impl<D: Dialect> SqlExecutionBackend<D> {
     }
 
     /// The writer task: writes the waiting submits group by group until none wait.
-    async fn write_groups(self) {
-        let mut gone = WriterGone {
-            group: &self.inner.group,
-            finished: false,
-        };
+    async fn write_groups(self, mut gone: WriterGone<D>) {
         loop {
             let group: Vec<Waiting> = {
                 let mut state = self.inner.group.state();
                 if state.waiting.is_empty() {
-                    state.writing = false;
+                    state.writer = None;
                     gone.finished = true;
                     return;
                 }
@@ -140,8 +163,9 @@ impl<D: Dialect> SqlExecutionBackend<D> {
         }
     }
 
-    /// Writes one group: a lone submit as `submit` writes it, more in one transaction. A group
-    /// that fails as a whole gives each member the error.
+    /// Writes one group: a lone submit as `submit` writes it, more in one transaction. When the
+    /// group fails as a whole, an invalid request gets its own error, as it would alone, and
+    /// every other member the group's.
     async fn write_group(
         &self,
         requests: Vec<ExecutionRequest>,
@@ -149,14 +173,15 @@ impl<D: Dialect> SqlExecutionBackend<D> {
         if let [request] = requests.as_slice() {
             return vec![retry_transient(|| self.submit_one(request.clone())).await];
         }
-        let n = requests.len();
-        match self.submit_together(requests).await {
+        match self.submit_together(&requests).await {
             Ok(results) => results,
-            Err(err) => {
-                let mut results: Vec<_> = (1..n).map(|_| Err(shared_error(&err))).collect();
-                results.insert(0, Err(err));
-                results
-            }
+            Err(err) => requests
+                .iter()
+                .map(|r| match encode_submission(r, &self.inner.options.limits) {
+                    Err(own) => Err(own),
+                    Ok(_) => Err(shared_error(&err)),
+                })
+                .collect(),
         }
     }
 }
@@ -181,6 +206,7 @@ fn shared_error(err: &ExecutionError) -> ExecutionError {
         ExecutionError::InvalidArgument { field, message } => {
             ExecutionError::invalid(field.clone(), message.clone())
         }
+        ExecutionError::Backend(cause) => ExecutionError::Backend(cause.to_string().into()),
         other => ExecutionError::Backend(other.to_string().into()),
     }
 }

@@ -35,7 +35,7 @@ impl<D: Dialect> SqlExecutionBackend<D> {
     /// `submit` does for one, without the group: a group's writer falls back to this).
     pub(super) async fn submit_one_by_one(
         &self,
-        requests: Vec<ExecutionRequest>,
+        requests: &[ExecutionRequest],
     ) -> Vec<ExecutionResult<Execution>> {
         let mut out = Vec::with_capacity(requests.len());
         for r in requests {
@@ -48,7 +48,7 @@ impl<D: Dialect> SqlExecutionBackend<D> {
     /// submits), falling back to one by one when a concurrent submit took one of their keys.
     pub(super) async fn submit_together(
         &self,
-        requests: Vec<ExecutionRequest>,
+        requests: &[ExecutionRequest],
     ) -> ExecutionResult<Vec<ExecutionResult<Execution>>> {
         // Where the dialect's batch insert skips taken keys, first try the batch as all new
         // (no look-up); a batch that turns out to repeat a stored key goes again with one. After
@@ -56,9 +56,9 @@ impl<D: Dialect> SqlExecutionBackend<D> {
         // keys first until one finds none, so retries do not pay for an insert and a rollback.
         let optimistic = self.inner.statements.insert_many.is_some()
             && !self.inner.batch_keys_were_stored.load(Ordering::Relaxed);
-        let mut out = retry_transient(|| self.submit_batch(&requests, !optimistic)).await;
+        let mut out = retry_transient(|| self.submit_batch(requests, !optimistic)).await;
         if optimistic && matches!(out, Ok(None)) {
-            out = retry_transient(|| self.submit_batch(&requests, true)).await;
+            out = retry_transient(|| self.submit_batch(requests, true)).await;
         }
         // A concurrent submit took one of the keys between our check and the insert (a skipped
         // row, or a unique violation): the transaction rolled back, so submitting one by one

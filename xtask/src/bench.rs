@@ -31,6 +31,7 @@ use crate::servers::{Options, Servers};
 mod ceiling;
 mod scale;
 mod sources;
+mod steal;
 
 /// What `cargo xtask bench` was asked to do.
 #[derive(Debug)]
@@ -446,6 +447,7 @@ fn labeled_run(
 
 fn json_line(mut cmd: Command, what: &str) -> Result<Value> {
     eprintln!("xtask: bench: {what}");
+    let before = steal::sample();
     let output = cmd
         .output()
         .with_context(|| format!("could not start the {what} run"))?;
@@ -463,8 +465,15 @@ fn json_line(mut cmd: Command, what: &str) -> Result<Value> {
         .rev()
         .find(|line| !line.trim().is_empty())
         .with_context(|| format!("the {what} run printed nothing"))?;
-    serde_json::from_str(last)
-        .with_context(|| format!("the {what} run printed {last:?}, expected one JSON object"))
+    let mut line: Value = serde_json::from_str(last)
+        .with_context(|| format!("the {what} run printed {last:?}, expected one JSON object"))?;
+    let steal = before
+        .zip(steal::sample())
+        .and_then(|(b, a)| steal::percent(b, a));
+    if let (Value::Object(map), Some(steal)) = (&mut line, steal) {
+        map.insert("steal_pct".into(), steal.into());
+    }
+    Ok(line)
 }
 
 /// Fails early, with the fix, when a peer run could not start.
@@ -523,12 +532,12 @@ fn remove_sqlite(file: &Path) -> Result<()> {
 }
 
 /// A Markdown table of the runs: who, where, how many, submit/s and drained/s, with our drains'
-/// ratios to the peers and to the bare SQL ceiling.
+/// ratios to the peers and to the bare SQL ceiling, and the host's CPU steal during each run.
 fn summary(lines: &[Value]) -> String {
     let mut out = String::from(
         "| system | server | submit | n | submitted/s | drained/s | pickup p50 ms | \
-         drained vs reference | drained vs graphile batched | drained vs ceiling |\n\
-         |---|---|---|---:|---:|---:|---:|---:|---:|---:|\n",
+         drained vs reference | drained vs graphile batched | drained vs ceiling | steal % |\n\
+         |---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     let drained = |line: &Value| line.get("drain_per_s").and_then(Value::as_f64);
     let peer_drain = |system: &str, server: &str| {
@@ -598,8 +607,12 @@ fn summary(lines: &[Value]) -> String {
         } else {
             ("–".to_string(), "–".to_string(), "–".to_string())
         };
+        let steal = line
+            .get("steal_pct")
+            .and_then(Value::as_f64)
+            .map_or_else(|| "–".to_string(), |v| format!("{v:.0}"));
         out.push_str(&format!(
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
             text("system"),
             text("server"),
             submit,
@@ -609,7 +622,8 @@ fn summary(lines: &[Value]) -> String {
             pickup,
             vs_reference,
             vs_graphile,
-            vs_ceiling
+            vs_ceiling,
+            steal
         ));
     }
     out
@@ -661,16 +675,16 @@ mod tests {
         let steady = serde_json::json!({"system": "onestep (Rust)", "server": "postgres",
             "mode": "steady", "rate": 1000, "submit_batch": 0, "n": 10000,
             "submit_per_s": 1000.0, "drain_per_s": 990.0,
-            "pickup_ms": {"p50": 2.25, "p99": 9.0}});
+            "pickup_ms": {"p50": 2.25, "p99": 9.0}, "steal_pct": 2.6});
         let table = summary(&[ours, peer, steady]);
-        assert!(table.contains("| onestep (Rust) | postgres | steady 1000/s | 10000 | 1000 | 990 | 2.2 (p99 9.0) | – | – | – |"), "{table}");
+        assert!(table.contains("| onestep (Rust) | postgres | steady 1000/s | 10000 | 1000 | 990 | 2.2 (p99 9.0) | – | – | – | 3 |"), "{table}");
         assert!(
             table.contains(
-                "| onestep (Rust) | postgres | submit_many(1000) | 20000 | 30000 | 3000 | 12 | – | 0.1× | – |"
+                "| onestep (Rust) | postgres | submit_many(1000) | 20000 | 30000 | 3000 | 12 | – | 0.1× | – | – |"
             ),
             "{table}"
         );
-        assert!(table.contains("| graphile-worker (batched) | postgres | utils.addJobs, chunks of 5000 | 20000 | 41030 | 20989 | – | – | – | – |"), "{table}");
+        assert!(table.contains("| graphile-worker (batched) | postgres | utils.addJobs, chunks of 5000 | 20000 | 41030 | 20989 | – | – | – | – | – |"), "{table}");
     }
 
     #[test]
@@ -701,22 +715,22 @@ mod tests {
         let with_maria_ceiling = summary(&[maria_ceiling, maria_batched]);
         assert!(
             with_maria_ceiling.contains(
-                "| onestep (Rust) | mariadb | submit_many(1000) | 20000 | 20000 | 5500 | 900 | – | – | 0.55× |"
+                "| onestep (Rust) | mariadb | submit_many(1000) | 20000 | 20000 | 5500 | 900 | – | – | 0.55× | – |"
             ),
             "{with_maria_ceiling}"
         );
         assert!(
             table.contains(
-                "| onestep (Rust) | sqlite | one by one | 20000 | 700 | 6000 | 9000 | – | – | – |"
+                "| onestep (Rust) | sqlite | one by one | 20000 | 700 | 6000 | 9000 | – | – | – | – |"
             ),
             "{table}"
         );
-        assert!(table.contains("| bare SQL ceiling | postgres | submit_many(1000) | 20000 | 20000 | 12000 | – | – | – | – |"), "{table}");
-        assert!(table.contains("| onestep (Rust), 4 workers | postgres | submit_many(1000) | 20000 | 20000 | 9600 | 900 | – | – | 0.80× |"), "{table}");
-        assert!(table.contains("| onestep (Rust) | postgres | one by one | 20000 | 700 | 8000 | 9000 | – | – | 0.67× |"), "{table}");
+        assert!(table.contains("| bare SQL ceiling | postgres | submit_many(1000) | 20000 | 20000 | 12000 | – | – | – | – | – |"), "{table}");
+        assert!(table.contains("| onestep (Rust), 4 workers | postgres | submit_many(1000) | 20000 | 20000 | 9600 | 900 | – | – | 0.80× | – |"), "{table}");
+        assert!(table.contains("| onestep (Rust) | postgres | one by one | 20000 | 700 | 8000 | 9000 | – | – | 0.67× | – |"), "{table}");
         assert!(
             table.contains(
-                "| onestep (Rust) | mariadb | one by one | 20000 | 700 | 4000 | 9000 | – | – | – |"
+                "| onestep (Rust) | mariadb | one by one | 20000 | 700 | 4000 | 9000 | – | – | – | – |"
             ),
             "{table}"
         );

@@ -247,10 +247,10 @@ pub trait Dialect: Send + Sync + Sized + 'static {
     const CONCURRENT_CLAIMS: usize = 1;
 
     /// Whether concurrent submits are written together: the submits that wait while one is
-    /// being written go in next, in one transaction, each answered on its own (group commit).
-    /// For a dialect with one writer whose commit waits for the disk (SQLite), where one
-    /// transaction per submit falls behind on a busy machine. `false` (the default): each
-    /// submit is its own transaction, and the server's own group commit merges the flushes.
+    /// being written go in next, in one transaction, each answered on its own (group commit;
+    /// see the `group` module). Every dialect here sets it: measured at steady offered loads
+    /// (docs/benchmarks.md), one transaction per submit falls behind where groups keep up.
+    /// `false` (the default): each submit is its own transaction.
     const GROUP_SUBMITS: bool = false;
 
     /// The statements of fixed shape for batches, and the writers that run them, when the

@@ -1,19 +1,21 @@
-//! Group commit of submits ([`Dialect::GROUP_SUBMITS`], SQLite): submits that arrive while
-//! another is being written wait, and then go in together, in one transaction, each answered on
-//! its own as if it had been submitted alone.
+//! Group commit of submits ([`Dialect::GROUP_SUBMITS`]): submits that arrive while another is
+//! being written wait, and then go in together, in one transaction, each answered on its own as
+//! if it had been submitted alone.
 //!
-//! SQLite has one writer and a commit waits for the disk's flush, so one transaction per submit
-//! makes a thousand submits a second a thousand commits, and on a busy machine the one
-//! connection falls behind for as long as the load lasts. Grouped, a burst of submits costs one
-//! commit. A lone submit is written at once, as before: a group forms only from the submits that
-//! arrive while the connection is busy.
+//! One transaction per submit makes a thousand submits a second a thousand commits, each with
+//! its statement, its round trips and its flush; on a busy machine the writes fall behind, and
+//! the claims waiting for the same server or (SQLite) the same connection with them. Grouped, a
+//! burst of submits costs one multi-row insert and one commit. A lone submit is written at once,
+//! by its own caller, as before: a group forms only from the submits that arrive while another
+//! is being written.
 //!
-//! The writes run in a task of their own, so a caller that stops waiting does not cancel the
-//! others' write. Only callers on the writer's tokio runtime wait for it: a submit from another
-//! runtime is written alone, so it never depends on a runtime that may stop running. If the
-//! writer task is dropped (its runtime shut down, before it ever ran too) or panics, the submits
-//! it had not taken yet are handed back to their callers, who write them themselves; the callers
-//! of the group in flight learn that its outcome is unknown, as after a lost `COMMIT` reply.
+//! The leader's write runs in its own caller, later groups in a writer task, so a caller that
+//! stops waiting does not cancel the others' write. Only callers on the writer's tokio runtime
+//! wait for it: a submit from another runtime is written alone, so it never depends on a runtime
+//! that may stop running. If the leader stops waiting, or the writer task is dropped (its runtime
+//! shut down, before it ever ran too) or panics, the submits not taken yet are handed back to
+//! their callers, who write them themselves; the callers of the group in flight learn that its
+//! outcome is unknown, as after a lost `COMMIT` reply.
 
 use std::sync::Mutex;
 
@@ -45,6 +47,14 @@ struct GroupState {
 struct Waiting {
     request: ExecutionRequest,
     answer: oneshot::Sender<Answer>,
+}
+
+/// A caller's turn: lead (write its own submit, then start a writer for the others), wait for
+/// the writer, or write alone.
+enum Turn {
+    Lead(ExecutionRequest),
+    Wait(oneshot::Receiver<Answer>),
+    Alone(ExecutionRequest),
 }
 
 /// What a waiting submit is told (boxed: a request and an execution are large, and the answer
@@ -90,54 +100,71 @@ impl<D: Dialect> Drop for WriterGone<D> {
 }
 
 impl<D: Dialect> SqlExecutionBackend<D> {
-    /// Submits one request through the group: written with whatever else waits for the
-    /// connection, or at once when nothing does.
+    /// Submits one request through the group. With no writer running, this caller leads: it
+    /// writes its own submit at once, as a lone submit is written, and hands the submits that
+    /// arrived meanwhile to a writer task. Otherwise it waits for the writer, which writes it with
+    /// whatever else waits.
     pub(super) async fn submit_grouped(
         &self,
         request: ExecutionRequest,
     ) -> ExecutionResult<Execution> {
         let here = tokio::runtime::Handle::try_current().map(|h| h.id()).ok();
-        let (answer, answered) = oneshot::channel();
-        // `Ok(start a writer?)` when the request waits for the writer; `Err(request)` when it is
-        // written alone, because the writer runs on another runtime (or there is none here).
-        let queued = {
+        let turn = {
             let mut state = self.inner.group.state();
             match (state.writer, here) {
                 (None, Some(here)) => {
                     state.writer = Some(here);
-                    state.waiting.push(Waiting { request, answer });
-                    Ok(true)
+                    Turn::Lead(request)
                 }
                 (Some(writer), Some(here)) if writer == here => {
+                    let (answer, answered) = oneshot::channel();
                     state.waiting.push(Waiting { request, answer });
-                    Ok(false)
+                    Turn::Wait(answered)
                 }
-                _ => Err(request),
+                // The writer runs on another runtime (or there is none here).
+                _ => Turn::Alone(request),
             }
         };
-        let start_writer = match queued {
-            Ok(start_writer) => start_writer,
-            Err(request) => return retry_transient(|| self.submit_one(request.clone())).await,
-        };
-        if start_writer {
-            let gone = WriterGone {
-                backend: self.clone(),
-                finished: false,
-            };
-            tokio::spawn(self.clone().write_groups(gone));
-        }
-        match answered.await {
-            Ok(Answer::Written(result)) => *result,
-            Ok(Answer::HandedBack(request)) => {
-                retry_transient(|| self.submit_one((*request).clone())).await
-            }
-            Err(_) => Err(ExecutionError::Backend(
-                "the task writing this submit together with others stopped before it answered \
-                 (its tokio runtime shut down, or it panicked): the submit may or may not be \
-                 stored; look it up by its idempotency key, or submit again with one"
+        match turn {
+            Turn::Alone(request) => retry_transient(|| self.submit_one(request.clone())).await,
+            Turn::Lead(request) => self.lead(request).await,
+            Turn::Wait(answered) => match answered.await {
+                Ok(Answer::Written(result)) => *result,
+                Ok(Answer::HandedBack(request)) => {
+                    retry_transient(|| self.submit_one((*request).clone())).await
+                }
+                Err(_) => Err(ExecutionError::Backend(
+                    "the task writing this submit together with others stopped before it \
+                     answered (its tokio runtime shut down, or it panicked): the submit may or \
+                     may not be stored; look it up by its idempotency key, or submit again with \
+                     one"
                     .into(),
-            )),
+                )),
+            },
         }
+    }
+
+    /// Writes the leader's own submit, then starts a writer task for the submits that arrived
+    /// meanwhile, if any. If the leader stops waiting mid-write, they are handed back.
+    async fn lead(&self, request: ExecutionRequest) -> ExecutionResult<Execution> {
+        let mut gone = WriterGone {
+            backend: self.clone(),
+            finished: false,
+        };
+        let result = retry_transient(|| self.submit_one(request.clone())).await;
+        let others_wait = {
+            let mut state = self.inner.group.state();
+            if state.waiting.is_empty() {
+                state.writer = None;
+            }
+            !state.waiting.is_empty()
+        };
+        if others_wait {
+            tokio::spawn(self.clone().write_groups(gone));
+        } else {
+            gone.finished = true;
+        }
+        result
     }
 
     /// The writer task: writes the waiting submits group by group until none wait.

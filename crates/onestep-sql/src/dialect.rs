@@ -248,9 +248,13 @@ pub trait Dialect: Send + Sync + Sized + 'static {
 
     /// Whether concurrent submits are written together: the submits that wait while one is
     /// being written go in next, in one transaction, each answered on its own (group commit;
-    /// see the `group` module). Every dialect here sets it: measured at steady offered loads
-    /// (docs/benchmarks.md), one transaction per submit falls behind where groups keep up.
-    /// `false` (the default): each submit is its own transaction.
+    /// see the `group` module). For an embedded database with one writer (SQLite): there every
+    /// write already waits for the one connection, and a group that fails was rolled back, so
+    /// its members can be written again one by one. `false` (the default): each submit is its
+    /// own transaction. On PostgreSQL and MariaDB it measured well under load but is not enabled:
+    /// one writer per backend would serialize submits that ran on the pool's connections side
+    /// by side, and a failed `COMMIT` there leaves the group's outcome unknown
+    /// (docs/benchmarks.md, "What bounds us now").
     const GROUP_SUBMITS: bool = false;
 
     /// The statements of fixed shape for batches, and the writers that run them, when the

@@ -149,7 +149,6 @@ impl Dialect for MySql {
     const FOR_UPDATE: &'static str = " FOR UPDATE";
     const SKIP_LOCKED: &'static str = " FOR UPDATE SKIP LOCKED";
     const INSERT_ON_ITS_OWN: bool = true;
-    const GROUP_SUBMITS: bool = true;
 
     fn quote(identifier: &str) -> String {
         format!("`{identifier}`")

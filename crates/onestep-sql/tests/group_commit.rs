@@ -1,6 +1,6 @@
-//! Group commit of submits: the submits that wait while another is being written go in
-//! together, in one transaction; a submit never waits for a writer on another runtime; a leader
-//! or writer that goes away leaves no submit waiting; an invalid submit keeps its own error.
+//! Group commit of submits (SQLite): the submits that wait while another is being written go in
+//! together, in one transaction; a leader that goes away leaves no submit waiting; a submit given
+//! up before its group is written is not written; a failed group answers each member as if alone.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
@@ -11,7 +11,6 @@ use std::time::Duration;
 use onestep_core::execution::{
     ExecutionBackend, ExecutionError, ExecutionQuery, ExecutionRequest, SubmitOptions,
 };
-use onestep_sql::postgres::PostgresExecutionBackend;
 use onestep_sql::sqlite::SqliteExecutionBackend;
 use serde_json::json;
 
@@ -98,92 +97,42 @@ async fn a_leader_that_stops_waiting_leaves_no_submit_waiting() {
     }
 }
 
-/// A writer belongs to the runtime of the submit that leads it, and only submits on that runtime
-/// wait for it. Here a submit leads in a runtime that then never runs again: a submit from
-/// another runtime is written alone instead of waiting. Once the stalled leader is dropped,
-/// nothing is left behind: submits made at once are grouped again.
-#[test]
-fn a_submit_never_waits_for_a_writer_on_another_runtime() {
-    let main = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let b = main.block_on(async {
-        let b =
-            PostgresExecutionBackend::new(&support::postgres_url(), support::live::fresh_options())
-                .unwrap();
-        b.submit(request(0)).await.unwrap(); // creates the tables, opens the pool
-        b
-    });
+/// A submit whose caller stopped waiting before its group was taken is not written, as a submit
+/// dropped before it reached the database never was.
+#[tokio::test]
+async fn a_submit_given_up_before_its_group_is_written_is_not_written() {
+    let dir = support::sqlite_dir();
+    let b = backend(&dir);
+    b.submit(request(0)).await.unwrap(); // creates the tables
 
-    let idle = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    // Polled once in the idle runtime's context, a submit leads, sends its insert and waits for
-    // a reply that nothing will ever poll for. (Should one be answered within that one poll, it
-    // led nothing that stays: the next tries again.)
-    let mut stalled = None;
-    let mut answered_at_once = Vec::new();
-    for i in 100..105 {
-        let _entered = idle.enter();
-        let mut submit = b.submit(request(i));
-        match submit
-            .as_mut()
-            .poll(&mut std::task::Context::from_waker(std::task::Waker::noop()))
-        {
-            std::task::Poll::Pending => {
-                stalled = Some(submit);
-                break;
-            }
-            std::task::Poll::Ready(answer) => answered_at_once.push(answer),
-        }
-    }
-    assert!(
-        stalled.is_some(),
-        "every submit was answered within one poll: {answered_at_once:?}"
+    let leader = {
+        let b = b.clone();
+        tokio::spawn(async move { b.submit(request(1)).await.unwrap() })
+    };
+    let given_up = {
+        let b = b.clone();
+        tokio::spawn(async move { b.submit(request(2)).await })
+    };
+    let kept = {
+        let b = b.clone();
+        tokio::spawn(async move { b.submit(request(3)).await.unwrap() })
+    };
+    // One turn for the spawned submits: the first leads, the others queue; then one gives up.
+    tokio::task::yield_now().await;
+    given_up.abort();
+    leader.await.unwrap();
+    kept.await.unwrap();
+    let mut payloads = stored(&b).await;
+    payloads.sort_by_key(|p| p["i"].as_u64());
+    assert_eq!(
+        payloads,
+        vec![json!({"i": 0}), json!({"i": 1}), json!({"i": 3})]
     );
-
-    main.block_on(async {
-        let alone = tokio::time::timeout(Duration::from_secs(20), b.submit(request(2)))
-            .await
-            .expect("a submit waited for the writer of a runtime that does not run")
-            .unwrap();
-        assert_eq!(alone.payload, json!({"i": 2}));
-    });
-
-    {
-        // Dropped where it ran: its pooled connection goes back through that runtime.
-        let _entered = idle.enter();
-        stalled.take();
-    }
-    drop(idle);
-    main.block_on(async {
-        let mut calls = tokio::task::JoinSet::new();
-        for i in 3..23 {
-            let b = b.clone();
-            calls.spawn(async move { b.submit(request(i)).await.unwrap() });
-        }
-        let times = tokio::time::timeout(Duration::from_secs(20), async {
-            let mut times = HashSet::new();
-            while let Some(e) = calls.join_next().await {
-                times.insert(e.unwrap().created_at);
-            }
-            times
-        })
-        .await
-        .expect("submits waited for a leader that was dropped");
-        // The first leads alone; the other 19 go in together.
-        assert!(
-            times.len() <= 2,
-            "20 submits made at once after the stalled leader went took {} transactions",
-            times.len()
-        );
-    });
 }
 
-/// When a group fails as a whole (here its table is gone), each valid member gets the group's
-/// error, and an invalid one the error it would get alone, not a database error it could retry.
+/// When a group fails as a whole (here its table is gone), it was rolled back, and each member
+/// is written alone: an invalid one gets the error it would get alone, not a database error it
+/// could retry, and a valid one the database's.
 #[tokio::test]
 async fn an_invalid_submit_in_a_failed_group_gets_its_own_error() {
     let dir = support::sqlite_dir();

@@ -57,6 +57,26 @@ enum Turn {
     Alone(ExecutionRequest),
 }
 
+/// Which turn a submit takes (see [`decide`]).
+#[derive(Debug, PartialEq, Eq)]
+enum Decision {
+    Lead,
+    Wait,
+    Alone,
+}
+
+/// The turn of a submit made on runtime `here` (`None`: not on a tokio runtime) while a writer
+/// runs on runtime `writer` (`None`: no writer runs). Only a submit on the writer's own runtime
+/// waits for it: a runtime may stop running (shut down, or a current-thread runtime between its
+/// `block_on` calls), and a submit must not depend on another's.
+fn decide(writer: Option<tokio::runtime::Id>, here: Option<tokio::runtime::Id>) -> Decision {
+    match (writer, here) {
+        (None, Some(_)) => Decision::Lead,
+        (Some(writer), Some(here)) if writer == here => Decision::Wait,
+        _ => Decision::Alone,
+    }
+}
+
 /// What a waiting submit is told (boxed: a request and an execution are large, and the answer
 /// moves through a channel).
 enum Answer {
@@ -111,18 +131,17 @@ impl<D: Dialect> SqlExecutionBackend<D> {
         let here = tokio::runtime::Handle::try_current().map(|h| h.id()).ok();
         let turn = {
             let mut state = self.inner.group.state();
-            match (state.writer, here) {
-                (None, Some(here)) => {
-                    state.writer = Some(here);
+            match decide(state.writer, here) {
+                Decision::Lead => {
+                    state.writer = here;
                     Turn::Lead(request)
                 }
-                (Some(writer), Some(here)) if writer == here => {
+                Decision::Wait => {
                     let (answer, answered) = oneshot::channel();
                     state.waiting.push(Waiting { request, answer });
                     Turn::Wait(answered)
                 }
-                // The writer runs on another runtime (or there is none here).
-                _ => Turn::Alone(request),
+                Decision::Alone => Turn::Alone(request),
             }
         };
         match turn {
@@ -180,19 +199,28 @@ impl<D: Dialect> SqlExecutionBackend<D> {
                 let n = state.waiting.len().min(MAX_GROUP);
                 state.waiting.drain(..n).collect()
             };
-            let (requests, answers): (Vec<_>, Vec<_>) =
-                group.into_iter().map(|w| (w.request, w.answer)).unzip();
+            // A caller that stopped waiting before its group was taken is not written, as a
+            // submit dropped before it reached the database never was.
+            let (requests, answers): (Vec<_>, Vec<_>) = group
+                .into_iter()
+                .filter(|w| !w.answer.is_closed())
+                .map(|w| (w.request, w.answer))
+                .unzip();
+            if requests.is_empty() {
+                continue;
+            }
             let results = self.write_group(requests).await;
             for (answer, result) in answers.into_iter().zip(results) {
-                // A caller that stopped waiting drops its receiver; its submit stands.
+                // A caller that stopped waiting meanwhile drops its receiver; its submit stands.
                 let _ = answer.send(Answer::Written(Box::new(result)));
             }
         }
     }
 
-    /// Writes one group: a lone submit as `submit` writes it, more in one transaction. When the
-    /// group fails as a whole, an invalid request gets its own error, as it would alone, and
-    /// every other member the group's.
+    /// Writes one group: a lone submit as `submit` writes it, more in one transaction. A group
+    /// that fails as a whole was rolled back (the database is embedded: a failed commit is no
+    /// lost reply), so each member is then written alone and gets its own answer: an invalid
+    /// request its own error, a valid one stored if it can be.
     async fn write_group(
         &self,
         requests: Vec<ExecutionRequest>,
@@ -202,38 +230,31 @@ impl<D: Dialect> SqlExecutionBackend<D> {
         }
         match self.submit_together(&requests).await {
             Ok(results) => results,
-            Err(err) => requests
-                .iter()
-                .map(|r| match encode_submission(r, &self.inner.options.limits) {
-                    Err(own) => Err(own),
-                    Ok(_) => Err(shared_error(&err)),
-                })
-                .collect(),
+            Err(err) => {
+                tracing::debug!(error = %err, "a group of submits failed; writing each alone");
+                self.submit_one_by_one(&requests).await
+            }
         }
     }
 }
 
-/// A copy of a group's error for each member: the same variant and message (a cause is kept
-/// as its text).
-fn shared_error(err: &ExecutionError) -> ExecutionError {
-    match err {
-        ExecutionError::Connector(c) => {
-            let mut copy = onestep_core::ConnectorOperationError::new(
-                c.backend.clone(),
-                c.operation,
-                c.kind,
-                c.source_name.clone(),
-            );
-            copy.retry_delay = c.retry_delay;
-            copy.cause = c.cause.as_ref().map(|cause| cause.to_string().into());
-            ExecutionError::Connector(copy)
-        }
-        ExecutionError::Conflict(m) => ExecutionError::Conflict(m.clone()),
-        ExecutionError::Encoding(m) => ExecutionError::Encoding(m.clone()),
-        ExecutionError::InvalidArgument { field, message } => {
-            ExecutionError::invalid(field.clone(), message.clone())
-        }
-        ExecutionError::Backend(cause) => ExecutionError::Backend(cause.to_string().into()),
-        other => ExecutionError::Backend(other.to_string().into()),
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_submit_on_the_writers_runtime_waits_for_it() {
+        let runtime = || {
+            tokio::runtime::Builder::new_current_thread()
+                .build()
+                .expect("a runtime")
+        };
+        let (a, b) = (runtime(), runtime());
+        let (a, b) = (a.handle().id(), b.handle().id());
+        assert_eq!(decide(None, Some(a)), Decision::Lead);
+        assert_eq!(decide(Some(a), Some(a)), Decision::Wait);
+        assert_eq!(decide(Some(a), Some(b)), Decision::Alone);
+        assert_eq!(decide(Some(a), None), Decision::Alone);
+        assert_eq!(decide(None, None), Decision::Alone);
     }
 }

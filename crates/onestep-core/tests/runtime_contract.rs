@@ -228,11 +228,9 @@ async fn retryable_fetch_errors_back_off_and_the_worker_keeps_going() {
     assert_eq!(log.count("ack:1"), 1);
 }
 
-#[tokio::test(start_paused = true)]
-async fn non_retryable_fetch_error_stops_the_app_with_that_error() {
-    let log = Log::default();
-    let source = ScriptedSource::new([], &log)
-        .with_fetch_errors([connector_error(ConnectorErrorKind::Misconfigured)]);
+/// Serves an app of one task over `source` until it stops on its own (within 5 s), and returns
+/// its error, after checking that its resources were closed.
+async fn serve_until_it_fails(source: ScriptedSource, log: &Log) -> Error {
     let app = OneStepApp::builder("app")
         .task(
             Task::new("t")
@@ -245,13 +243,22 @@ async fn non_retryable_fetch_error_stops_the_app_with_that_error() {
         .await
         .expect("app must stop")
         .unwrap_err();
-    assert_eq!(
-        err.as_connector().unwrap().kind,
-        ConnectorErrorKind::Misconfigured
-    );
     assert!(
         log.entries().contains(&"close:scripted".to_string()),
         "resources are closed on failure"
+    );
+    err
+}
+
+#[tokio::test(start_paused = true)]
+async fn non_retryable_fetch_error_stops_the_app_with_that_error() {
+    let log = Log::default();
+    let source = ScriptedSource::new([], &log)
+        .with_fetch_errors([connector_error(ConnectorErrorKind::Misconfigured)]);
+    let err = serve_until_it_fails(source, &log).await;
+    assert_eq!(
+        err.as_connector().unwrap().kind,
+        ConnectorErrorKind::Misconfigured
     );
 }
 
@@ -261,23 +268,8 @@ async fn a_panicking_fetch_stops_the_app_with_an_error() {
     let log = Log::default();
     let mut source = ScriptedSource::new([], &log);
     source.fetch_panics = true;
-    let app = OneStepApp::builder("app")
-        .task(
-            Task::new("t")
-                .source(Arc::new(source))
-                .handler(|_ctx: TaskContext, _v: Value| async { Ok::<_, TaskError>(()) }),
-        )
-        .build()
-        .unwrap();
-    let err = tokio::time::timeout(Duration::from_secs(5), app.serve())
-        .await
-        .expect("app must stop")
-        .unwrap_err();
+    let err = serve_until_it_fails(source, &log).await;
     assert!(err.to_string().contains("panicked"), "{err}");
-    assert!(
-        log.entries().contains(&"close:scripted".to_string()),
-        "resources are closed on failure"
-    );
 }
 
 #[tokio::test(start_paused = true)]

@@ -9,7 +9,8 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use onestep_core::execution::{
-    ExecutionBackend, ExecutionError, ExecutionQuery, ExecutionRequest, SubmitOptions,
+    Execution, ExecutionBackend, ExecutionError, ExecutionQuery, ExecutionRequest, ExecutionResult,
+    SubmitOptions,
 };
 use onestep_sql::sqlite::SqliteExecutionBackend;
 use serde_json::json;
@@ -21,6 +22,15 @@ fn request(i: usize) -> ExecutionRequest {
 fn backend(dir: &tempfile::TempDir) -> SqliteExecutionBackend {
     let dsn = format!("sqlite://{}/group.db?mode=rwc", dir.path().display());
     SqliteExecutionBackend::new(&dsn, support::live::fresh_options()).unwrap()
+}
+
+/// A submit of `request(i)` to run as a task of its own.
+fn submitting(
+    b: &SqliteExecutionBackend,
+    i: usize,
+) -> impl Future<Output = ExecutionResult<Execution>> + Send + 'static {
+    let b = b.clone();
+    async move { b.submit(request(i)).await }
 }
 
 async fn stored(b: &SqliteExecutionBackend) -> Vec<serde_json::Value> {
@@ -45,13 +55,12 @@ async fn submits_made_at_once_are_written_together() {
 
     let mut calls = tokio::task::JoinSet::new();
     for i in 1..=60 {
-        let b = b.clone();
-        calls.spawn(async move { b.submit(request(i)).await.unwrap() });
+        calls.spawn(submitting(&b, i));
     }
     let mut times = HashSet::new();
     let mut ids = HashSet::new();
     while let Some(e) = calls.join_next().await {
-        let e = e.unwrap();
+        let e = e.unwrap().unwrap();
         times.insert(e.created_at);
         ids.insert(e.id);
     }
@@ -72,14 +81,10 @@ async fn a_leader_that_stops_waiting_leaves_no_submit_waiting() {
     let b = backend(&dir);
     b.submit(request(0)).await.unwrap(); // creates the tables
 
-    let leader = {
-        let b = b.clone();
-        tokio::spawn(async move { b.submit(request(1)).await })
-    };
+    let leader = tokio::spawn(submitting(&b, 1));
     let mut waiting = tokio::task::JoinSet::new();
     for i in 2..6 {
-        let b = b.clone();
-        waiting.spawn(async move { b.submit(request(i)).await.unwrap().payload });
+        waiting.spawn(submitting(&b, i));
     }
     // One turn for the spawned submits: the leader starts its write, the others queue.
     tokio::task::yield_now().await;
@@ -88,6 +93,9 @@ async fn a_leader_that_stops_waiting_leaves_no_submit_waiting() {
         .await
         .expect("submits waiting behind a leader that stopped were never answered");
     assert_eq!(answered.len(), 4);
+    for answer in answered {
+        answer.unwrap();
+    }
     let stored = stored(&b).await;
     for i in 2..6 {
         assert!(
@@ -105,23 +113,14 @@ async fn a_submit_given_up_before_its_group_is_written_is_not_written() {
     let b = backend(&dir);
     b.submit(request(0)).await.unwrap(); // creates the tables
 
-    let leader = {
-        let b = b.clone();
-        tokio::spawn(async move { b.submit(request(1)).await.unwrap() })
-    };
-    let given_up = {
-        let b = b.clone();
-        tokio::spawn(async move { b.submit(request(2)).await })
-    };
-    let kept = {
-        let b = b.clone();
-        tokio::spawn(async move { b.submit(request(3)).await.unwrap() })
-    };
+    let leader = tokio::spawn(submitting(&b, 1));
+    let given_up = tokio::spawn(submitting(&b, 2));
+    let kept = tokio::spawn(submitting(&b, 3));
     // One turn for the spawned submits: the first leads, the others queue; then one gives up.
     tokio::task::yield_now().await;
     given_up.abort();
-    leader.await.unwrap();
-    kept.await.unwrap();
+    leader.await.unwrap().unwrap();
+    kept.await.unwrap().unwrap();
     let mut payloads = stored(&b).await;
     payloads.sort_by_key(|p| p["i"].as_u64());
     assert_eq!(

@@ -35,7 +35,7 @@ impl<D: Dialect> ExecutionBackend for SqlExecutionBackend<D> {
         if D::GROUP_SUBMITS {
             return self.submit_grouped(request).await;
         }
-        retry_transient(|| self.submit_one(request.clone())).await
+        self.submit_alone(&request).await
     }
 
     async fn submit_many(

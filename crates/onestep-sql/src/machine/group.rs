@@ -29,7 +29,7 @@ use super::*;
 /// arrived during one write.
 const MAX_GROUP: usize = 100;
 
-/// The submits waiting to be written, and whether a writer task is running.
+/// The submits waiting to be written, and the runtime of the leader or writer task writing.
 #[derive(Default)]
 pub(super) struct SubmitGroup {
     state: Mutex<GroupState>,
@@ -38,8 +38,8 @@ pub(super) struct SubmitGroup {
 #[derive(Default)]
 struct GroupState {
     waiting: Vec<Waiting>,
-    /// The runtime of the writer task, while one runs; it takes every waiting submit before it
-    /// ends.
+    /// The runtime of the leader or writer task, while one writes: the leader starts a writer
+    /// task for the waiting submits, and a writer takes every waiting submit before it ends.
     writer: Option<tokio::runtime::Id>,
 }
 
@@ -145,13 +145,11 @@ impl<D: Dialect> SqlExecutionBackend<D> {
             }
         };
         match turn {
-            Turn::Alone(request) => retry_transient(|| self.submit_one(request.clone())).await,
+            Turn::Alone(request) => self.submit_alone(&request).await,
             Turn::Lead(request) => self.lead(request).await,
             Turn::Wait(answered) => match answered.await {
                 Ok(Answer::Written(result)) => *result,
-                Ok(Answer::HandedBack(request)) => {
-                    retry_transient(|| self.submit_one((*request).clone())).await
-                }
+                Ok(Answer::HandedBack(request)) => self.submit_alone(&request).await,
                 Err(_) => Err(ExecutionError::Backend(
                     "the task writing this submit together with others stopped before it \
                      answered (its tokio runtime shut down, or it panicked): the submit may or \
@@ -170,13 +168,14 @@ impl<D: Dialect> SqlExecutionBackend<D> {
             backend: self.clone(),
             finished: false,
         };
-        let result = retry_transient(|| self.submit_one(request.clone())).await;
+        let result = self.submit_alone(&request).await;
         let others_wait = {
             let mut state = self.inner.group.state();
-            if state.waiting.is_empty() {
+            let others_wait = !state.waiting.is_empty();
+            if !others_wait {
                 state.writer = None;
             }
-            !state.waiting.is_empty()
+            others_wait
         };
         if others_wait {
             tokio::spawn(self.clone().write_groups(gone));
@@ -226,7 +225,7 @@ impl<D: Dialect> SqlExecutionBackend<D> {
         requests: Vec<ExecutionRequest>,
     ) -> Vec<ExecutionResult<Execution>> {
         if let [request] = requests.as_slice() {
-            return vec![retry_transient(|| self.submit_one(request.clone())).await];
+            return vec![self.submit_alone(request).await];
         }
         match self.submit_together(&requests).await {
             Ok(results) => results,

@@ -31,15 +31,24 @@ impl<D: Dialect> SqlExecutionBackend<D> {
         ]
     }
 
-    /// Submits each request in its own transaction, in order, with transient retries (what
-    /// `submit` does for one, without the group: a group's writer falls back to this).
+    /// Submits one request in its own transaction, run again after transient failures: `submit`
+    /// without a group, and how a group's members are written when they are not written
+    /// together.
+    pub(super) async fn submit_alone(
+        &self,
+        request: &ExecutionRequest,
+    ) -> ExecutionResult<Execution> {
+        retry_transient(|| self.submit_one(request.clone())).await
+    }
+
+    /// Submits each request alone ([`Self::submit_alone`]), in order.
     pub(super) async fn submit_one_by_one(
         &self,
         requests: &[ExecutionRequest],
     ) -> Vec<ExecutionResult<Execution>> {
         let mut out = Vec::with_capacity(requests.len());
         for r in requests {
-            out.push(retry_transient(|| self.submit_one(r.clone())).await);
+            out.push(self.submit_alone(r).await);
         }
         out
     }

@@ -242,8 +242,7 @@ pub trait Dialect: Send + Sync + Sized + 'static {
 
     /// How many claims one worker's runner may have under way at once
     /// ([`LeasedExecutionBackend::concurrent_claims`](onestep_core::execution::LeasedExecutionBackend::concurrent_claims)).
-    /// One (the default) where a second claim measured no faster: on MariaDB (median of 7
-    /// alternating burn-down rounds within 1 %) and on SQLite, which has one writer.
+    /// One (the default) where a second claim cannot help: SQLite, which has one writer.
     const CONCURRENT_CLAIMS: usize = 1;
 
     /// Whether concurrent submits are written together: the submits that wait while one is

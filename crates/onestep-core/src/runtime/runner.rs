@@ -123,9 +123,12 @@ impl Runner {
             _ => batch_size,
         };
         // A fetch costs about the same for one delivery as for many (a claim is one
-        // transaction), so while work is in flight, wait briefly for a quarter of the slots to
-        // free up before fetching; idle runners fetch at once.
-        let worth_fetching = (concurrency / 4).clamp(1, batch_size);
+        // transaction), so while work is in flight, wait briefly for half of the slots to free
+        // up before fetching; idle runners fetch at once. Half rather than a quarter: a
+        // quarter sent claims of ~32 rows at 128 slots, a third more write transactions per
+        // execution on PostgreSQL for no faster drain, and on MariaDB two claims of that size
+        // overlapped no better than one.
+        let worth_fetching = (concurrency / 2).clamp(1, batch_size);
         let gather = COALESCE_WAIT.min(self.source.poll_interval());
         // When the runner fetches with fewer than `worth_fetching` free slots anyway.
         let mut gather_until: Option<Instant> = None;

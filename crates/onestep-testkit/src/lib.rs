@@ -77,6 +77,7 @@ macro_rules! execution_conformance {
             version_counts_every_state_change_but_heartbeats,
             complete_many_fences_each_completion_on_its_own,
             complete_many_decides_cancels_and_ended_leases_on_their_own,
+            complete_many_refuses_an_attempt_of_another_execution,
             complete_many_lets_a_cancel_win_over_an_unstorable_result,
             complete_many_statuses_answers_the_status_each_completion_left,
             complete_many_stores_every_json_value_exactly,

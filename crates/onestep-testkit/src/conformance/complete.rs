@@ -4,8 +4,8 @@
 use onestep_core::clock::Clock;
 use onestep_core::execution::stored::MAX_STORED_DEPTH;
 use onestep_core::execution::{
-    ExecutionBackend, ExecutionClient, ExecutionCompletion, ExecutionError, ExecutionStatus,
-    LeasedExecutionBackend,
+    ExecutionBackend, ExecutionClient, ExecutionCompletion, ExecutionError, ExecutionResult,
+    ExecutionStatus, LeasedExecutionBackend,
 };
 use serde_json::{Value, json};
 
@@ -593,6 +593,55 @@ pub async fn complete_many_decides_cancels_and_ended_leases_on_their_own<F: Back
         (untouched.status, untouched.result),
         (ExecutionStatus::Running, None)
     );
+}
+
+/// A batch item that names another execution's attempt is a lost lease, through `complete_many`
+/// and a worker's `complete_many_statuses` alike: its execution stays running, the other
+/// execution's attempt is not finished (its own completion is still written), and the rest of
+/// the batch is written.
+pub async fn complete_many_refuses_an_attempt_of_another_execution<F: BackendFactory>(f: &F) {
+    let (b, _setup) = backend(f).await;
+    for n in 0..6 {
+        submit(&b, "crossed", json!(n)).await;
+    }
+    let leases = claim(&b, "crossed", 6, 30.0).await;
+    assert_eq!(leases.len(), 6);
+    let success = || ExecutionCompletion::Succeeded {
+        result: json!("ok"),
+    };
+    for (statuses, group) in [(false, &leases[..3]), (true, &leases[3..])] {
+        let (live, crossed, other) = (&group[0], &group[1], &group[2]);
+        let mut item = batch_item(crossed, success());
+        item.1 = other.attempt_id;
+        let batch = vec![batch_item(live, success()), item];
+        let answers: Vec<ExecutionResult<ExecutionStatus>> = match statuses {
+            true => b.complete_many_statuses(batch).await.unwrap(),
+            false => (b.complete_many(batch).await.unwrap().into_iter())
+                .map(|answer| answer.map(|execution| execution.status))
+                .collect(),
+        };
+        assert_eq!(answers.len(), 2);
+        assert_eq!(answers[0].as_ref().ok(), Some(&ExecutionStatus::Succeeded));
+        assert!(
+            answers[1].as_ref().is_err_and(|e| e.is_lease_lost()),
+            "statuses {statuses}: {:?}",
+            answers[1]
+        );
+        let untouched = b.get(NS, crossed.execution.id).await.unwrap().unwrap();
+        assert_eq!(
+            (untouched.status, untouched.result),
+            (ExecutionStatus::Running, None),
+            "statuses {statuses}"
+        );
+        for lease in [other, crossed] {
+            let done = complete(&b, lease, success()).await.unwrap();
+            assert_eq!(
+                done.status,
+                ExecutionStatus::Succeeded,
+                "statuses {statuses}"
+            );
+        }
+    }
 }
 
 /// `complete_many_statuses` decides a mixed batch as `complete_many` does and answers each with

@@ -428,7 +428,7 @@ impl Task {
     /// A tracked execution gives its slot back as soon as its attempt succeeded (handler, hooks
     /// and sinks done), while its completion is written in a batch (see
     /// [`Delivery::frees_slot_before_ack`](crate::delivery::Delivery::frees_slot_before_ack)); a
-    /// runner keeps at most `2 × concurrency` deliveries in flight, running or settling, and a
+    /// runner keeps at most `3 × concurrency` deliveries in flight, running or settling, and a
     /// graceful shutdown waits for all of them.
     pub fn concurrency(mut self, concurrency: usize) -> Self {
         self.concurrency = concurrency;

@@ -24,8 +24,11 @@ const COALESCE_WAIT: Duration = Duration::from_millis(20);
 
 /// How many deliveries a runner keeps in flight (running or settling) per slot. A delivery that
 /// frees its slot before its ack (see `Delivery::frees_slot_before_ack`) stays in flight until
-/// settled; this bounds the work a runner holds while its backend commits.
-const IN_FLIGHT_PER_SLOT: usize = 2;
+/// settled; this bounds the work a runner holds while its backend commits. Three, not two: in a
+/// burn-down at 128 slots the one completion writer was busy ~75 % of the time, and with two
+/// per slot the claims stopped while it wrote; three drained PostgreSQL 3–8 % and MariaDB 2–5 %
+/// faster (every alternating round) with fewer, fuller batches. Four measured no better.
+const IN_FLIGHT_PER_SLOT: usize = 3;
 
 /// How long a runner waits for in-flight work at shutdown, and for cancelled work to clean up.
 #[derive(Debug, Clone, Copy)]

@@ -30,7 +30,7 @@ use onestep_core::execution::{
 use onestep_core::retry::MaxAttempts;
 use onestep_core::{OneStepApp, Task, TaskContext, TaskError};
 use onestep_sql::param::Param;
-use onestep_sql::{BackendOptions, Dialect, SqlExecutionBackend};
+use onestep_sql::{BackendOptions, Dialect, PoolSettings, SqlConnector, SqlExecutionBackend};
 use serde_json::{Value, json};
 use time::OffsetDateTime;
 use uuid::Uuid;
@@ -389,9 +389,13 @@ async fn cancel_storm<D: Dialect>(a: &Args) -> Result<Value, BoxError> {
 }
 
 async fn kill_storm<D: Dialect>(a: &Args) -> Result<Value, BoxError> {
-    let options = BackendOptions::default();
-    let backend = SqlExecutionBackend::<D>::new(&a.dsn, options)?;
-    let pool = backend.connector().pool()?;
+    // One connection: the storm kills every session but the one asking, and a pool of several
+    // would kill its own idle ones and then hand them out again.
+    let connector = SqlConnector::<D>::new(&a.dsn)?.with_settings(PoolSettings {
+        max_connections: 1,
+        ..PoolSettings::default()
+    })?;
+    let pool = connector.pool()?;
     let started = Instant::now();
     let (mut rounds, mut killed) = (0u64, 0i64);
     while started.elapsed().as_secs_f64() < a.seconds {
@@ -434,7 +438,7 @@ async fn kill_storm<D: Dialect>(a: &Args) -> Result<Value, BoxError> {
             other => return Err(format!("kill-storm: not supported on {other}").into()),
         }
     }
-    backend.connector().close().await;
+    connector.close().await;
     Ok(json!({"kill_rounds": rounds, "connections_killed": killed}))
 }
 

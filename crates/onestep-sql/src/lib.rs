@@ -82,7 +82,7 @@ pub(crate) fn ddl_error<D: Dialect>(
         ConnectorOperationError::new(
             D::NAME,
             ConnectorOperation::Open,
-            D::classify(&err),
+            dialect::classify::<D>(&err),
             format!("{}.execution", D::NAME),
         )
         .with_cause(DdlError {

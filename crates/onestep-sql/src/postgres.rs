@@ -398,6 +398,8 @@ impl Dialect for Postgres {
             .options([("jit", "off")]);
         Ok(PgPoolOptions::new()
             .max_connections(settings.max_connections)
+            .test_before_acquire(false)
+            .before_acquire(|conn, meta| crate::dialect::ping_if_idle(conn, meta))
             .acquire_timeout(settings.acquire_timeout)
             .connect_lazy_with(options))
     }

@@ -125,7 +125,8 @@ pub(crate) async fn show_table<D: Dialect>(
             }
             Err(e)
                 if tries + 1 < SHOW_TRIES
-                    && D::classify(&e) == onestep_core::ConnectorErrorKind::Transient =>
+                    && crate::dialect::classify::<D>(&e)
+                        == onestep_core::ConnectorErrorKind::Transient =>
             {
                 tries += 1;
                 tokio::time::sleep(SHOW_RETRY_DELAY).await;
@@ -244,8 +245,13 @@ pub(crate) fn connector_error<D: Dialect>(
     err: sqlx::Error,
     retry_delay: Option<Duration>,
 ) -> Error {
-    let mut error =
-        ConnectorOperationError::new(D::NAME, operation, D::classify(&err), name).with_cause(err);
+    let mut error = ConnectorOperationError::new(
+        D::NAME,
+        operation,
+        crate::dialect::classify::<D>(&err),
+        name,
+    )
+    .with_cause(err);
     error.retry_delay = retry_delay;
     Error::Connector(error)
 }

@@ -366,9 +366,10 @@ async fn drain_during_a_non_cancel_safe_fetch_releases_what_it_claimed() {
     serve.await.unwrap().unwrap();
 }
 
-/// Runs four deliveries through a task of concurrency 4 whose fetches wait at a gate: 0 ends
-/// after 10 ms, 1 after 20 ms, 2 and 3 after 10 s. Once 0 and 1 have ended, two more bodies are
-/// queued, a drain is requested and the gate opens. Returns the source's fetch limits and the log.
+/// Runs four deliveries through a task of concurrency 4 whose fetches wait at a gate (the first
+/// is let through): 0 and 1 end after 10 ms (half the slots free: a fetch), 2 and 3 after
+/// 20 ms. Once all four have ended, two more bodies are queued, a drain is requested and the
+/// gate opens. Returns the source's fetch limits and the log.
 async fn gated_fetches(concurrent_fetches: usize) -> (Vec<usize>, Log) {
     let log = Log::default();
     let gate = Arc::new(Notify::new());

@@ -62,22 +62,37 @@ fn nanos_since_epoch() -> u64 {
 
 /// Whether an operation failed on a broken connection within [`PING_ALL_AFTER_A_DISCONNECT`].
 fn disconnected_lately() -> bool {
-    let last = LAST_DISCONNECT.load(std::sync::atomic::Ordering::Relaxed);
-    last != 0
-        && nanos_since_epoch().saturating_sub(last - 1)
-            < PING_ALL_AFTER_A_DISCONNECT.as_nanos() as u64
+    disconnected_within(
+        LAST_DISCONNECT.load(std::sync::atomic::Ordering::Relaxed),
+        nanos_since_epoch(),
+    )
+}
+
+/// [`disconnected_lately`] for a stored `last` (see [`LAST_DISCONNECT`]) at `now`.
+fn disconnected_within(last: u64, now: u64) -> bool {
+    let window = u64::try_from(PING_ALL_AFTER_A_DISCONNECT.as_nanos()).unwrap_or(u64::MAX);
+    last != 0 && now.saturating_sub(last - 1) < window
 }
 
 /// [`Dialect::classify`], noting a broken connection so that the next hand-outs are pinged.
 pub(crate) fn classify<D: Dialect>(err: &sqlx::Error) -> ConnectorErrorKind {
     let kind = D::classify(err);
-    if kind == ConnectorErrorKind::Disconnected {
+    if kind == ConnectorErrorKind::Disconnected && broke_a_connection(err) {
         LAST_DISCONNECT.store(
             nanos_since_epoch().saturating_add(1),
             std::sync::atomic::Ordering::Relaxed,
         );
     }
     kind
+}
+
+/// Whether a disconnect came from a connection that was open: not the pool's own errors (a
+/// saturated pool's timeout, a closed pool), which say nothing of the connections it holds.
+fn broke_a_connection(err: &sqlx::Error) -> bool {
+    !matches!(
+        err,
+        sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::WorkerCrashed
+    )
 }
 
 /// The pools' `before_acquire` test: a connection used within [`PING_IF_IDLE_FOR`] is handed
@@ -480,4 +495,50 @@ pub(crate) fn classify_common(err: &sqlx::Error) -> Option<ConnectorErrorKind> {
         E::RowNotFound => ConnectorErrorKind::Permanent,
         _ => return None,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_an_open_connection_that_broke_counts_as_a_disconnect() {
+        assert!(!broke_a_connection(&sqlx::Error::PoolTimedOut));
+        assert!(!broke_a_connection(&sqlx::Error::PoolClosed));
+        assert!(!broke_a_connection(&sqlx::Error::WorkerCrashed));
+        let reset = sqlx::Error::Io(std::io::Error::other("connection reset"));
+        assert!(broke_a_connection(&reset));
+    }
+
+    #[test]
+    fn every_hand_out_is_pinged_for_a_second_after_a_disconnect() {
+        let second = 1_000_000_000;
+        assert!(!disconnected_within(0, 0), "never");
+        assert!(disconnected_within(1, 0), "at the epoch itself");
+        assert!(disconnected_within(5 + 1, 5));
+        assert!(disconnected_within(5 + 1, 5 + second - 1));
+        assert!(!disconnected_within(5 + 1, 5 + second));
+        // A store that raced ahead of `now` still counts.
+        assert!(disconnected_within(9 + 1, 5));
+    }
+
+    #[cfg(feature = "postgres")]
+    #[test]
+    fn classifying_a_broken_connection_sets_the_window() {
+        use crate::postgres::Postgres;
+        // Process-wide: nextest runs each test in its own process.
+        LAST_DISCONNECT.store(0, std::sync::atomic::Ordering::Relaxed);
+        let kind = classify::<Postgres>(&sqlx::Error::PoolTimedOut);
+        assert_eq!(kind, ConnectorErrorKind::Disconnected);
+        assert!(
+            !disconnected_lately(),
+            "a saturated pool is not a broken connection"
+        );
+        let reset = sqlx::Error::Io(std::io::Error::other("connection reset"));
+        assert_eq!(
+            classify::<Postgres>(&reset),
+            ConnectorErrorKind::Disconnected
+        );
+        assert!(disconnected_lately());
+    }
 }

@@ -424,8 +424,8 @@ async fn a_submit_in_one_statement_stores_what_it_returns() {
 }
 
 /// A pooled connection whose session was killed while it sat idle is replaced before it is
-/// handed out, so the next submit does not see it. (Connections used within the last second are
-/// handed out without that ping; sqlx pings every connection as it is given back.)
+/// handed out, so the next submit does not see it. (Connections used within the last 100 ms
+/// are handed out without that ping; sqlx pings every connection as it is given back.)
 #[tokio::test]
 async fn a_connection_killed_while_idle_is_replaced_unseen() {
     use sqlx::Connection;
@@ -468,7 +468,8 @@ async fn a_connection_killed_while_idle_is_replaced_unseen() {
             .unwrap();
         assert!(killed, "session {pid}");
     }
-    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    // Idle past `PING_IF_IDLE_FOR` (100 ms).
+    tokio::time::sleep(Duration::from_millis(300)).await;
     for n in 1..=pids.len() as i32 + 1 {
         b.submit(submit(n)).await.unwrap();
     }

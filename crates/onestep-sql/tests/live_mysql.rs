@@ -406,52 +406,23 @@ async fn the_claim_uses_the_generated_claim_column_and_tables_without_it_still_w
     );
 }
 
-/// A pooled connection whose session was killed while it sat idle is replaced before it is
-/// handed out, so the next submit does not see it. (Connections used within the last 100 ms
-/// are handed out without that ping; sqlx pings every connection as it is given back.)
+/// See [`live::a_connection_killed_while_idle_is_replaced_unseen`]. (`KILL` fails for a
+/// session that is not there.)
 #[tokio::test]
 async fn a_connection_killed_while_idle_is_replaced_unseen() {
     use sqlx::Connection;
-    let url = support::mysql_url();
-    let b = MySqlExecutionBackend::new(&url, live::fresh_options()).unwrap();
-    let submit = |n: i32| {
-        ExecutionRequest::new(
-            "live",
-            "idle",
-            serde_json::json!(n),
-            SubmitOptions::default(),
-        )
-        .unwrap()
-    };
-    b.submit(submit(0)).await.unwrap();
-    let pool = b.connector().pool().unwrap();
-    // The server sessions of every connection the pool holds idle.
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    let mut held = Vec::new();
-    while pool.num_idle() > 0 {
-        held.push(pool.acquire().await.unwrap());
-    }
-    let mut ids = Vec::new();
-    for conn in &mut held {
-        let id: u64 = sqlx::query_scalar("SELECT CONNECTION_ID()")
-            .fetch_one(&mut **conn)
-            .await
-            .unwrap();
-        ids.push(id);
-    }
-    assert!(!ids.is_empty());
-    drop(held);
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    let mut admin = sqlx::MySqlConnection::connect(&url).await.unwrap();
-    for id in &ids {
-        sqlx::query(&format!("KILL {id}"))
-            .execute(&mut admin)
-            .await
-            .unwrap();
-    }
-    // Idle past `PING_IF_IDLE_FOR` (100 ms).
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    for n in 1..=ids.len() as i32 + 1 {
-        b.submit(submit(n)).await.unwrap();
-    }
+    live::a_connection_killed_while_idle_is_replaced_unseen::<MySql>(
+        &support::mysql_url(),
+        "SELECT CAST(CONNECTION_ID() AS SIGNED)",
+        async |url: &str, ids: Vec<i64>| {
+            let mut admin = sqlx::MySqlConnection::connect(url).await.unwrap();
+            for id in ids {
+                sqlx::query(&format!("KILL {id}"))
+                    .execute(&mut admin)
+                    .await
+                    .unwrap();
+            }
+        },
+    )
+    .await;
 }

@@ -423,54 +423,24 @@ async fn a_submit_in_one_statement_stores_what_it_returns() {
     assert_eq!(b.get("live", again.id).await.unwrap().unwrap(), again);
 }
 
-/// A pooled connection whose session was killed while it sat idle is replaced before it is
-/// handed out, so the next submit does not see it. (Connections used within the last 100 ms
-/// are handed out without that ping; sqlx pings every connection as it is given back.)
+/// See [`live::a_connection_killed_while_idle_is_replaced_unseen`].
 #[tokio::test]
 async fn a_connection_killed_while_idle_is_replaced_unseen() {
     use sqlx::Connection;
-    let url = support::postgres_url();
-    let b = PostgresExecutionBackend::new(&url, live::fresh_options()).unwrap();
-    let submit = |n: i32| {
-        ExecutionRequest::new(
-            "live",
-            "idle",
-            serde_json::json!(n),
-            SubmitOptions::default(),
-        )
-        .unwrap()
-    };
-    b.submit(submit(0)).await.unwrap();
-    let pool = b.connector().pool().unwrap();
-    // The server sessions of every connection the pool holds idle.
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    let mut held = Vec::new();
-    while pool.num_idle() > 0 {
-        held.push(pool.acquire().await.unwrap());
-    }
-    let mut pids = Vec::new();
-    for conn in &mut held {
-        let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
-            .fetch_one(&mut **conn)
-            .await
-            .unwrap();
-        pids.push(pid);
-    }
-    assert!(!pids.is_empty());
-    drop(held);
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    let mut admin = sqlx::PgConnection::connect(&url).await.unwrap();
-    for pid in &pids {
-        let killed: bool = sqlx::query_scalar("SELECT pg_terminate_backend($1)")
-            .bind(pid)
-            .fetch_one(&mut admin)
-            .await
-            .unwrap();
-        assert!(killed, "session {pid}");
-    }
-    // Idle past `PING_IF_IDLE_FOR` (100 ms).
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    for n in 1..=pids.len() as i32 + 1 {
-        b.submit(submit(n)).await.unwrap();
-    }
+    live::a_connection_killed_while_idle_is_replaced_unseen::<Postgres>(
+        &support::postgres_url(),
+        "SELECT CAST(pg_backend_pid() AS BIGINT)",
+        async |url: &str, pids: Vec<i64>| {
+            let mut admin = sqlx::PgConnection::connect(url).await.unwrap();
+            for pid in pids {
+                let killed: bool = sqlx::query_scalar("SELECT pg_terminate_backend($1)")
+                    .bind(i32::try_from(pid).unwrap())
+                    .fetch_one(&mut admin)
+                    .await
+                    .unwrap();
+                assert!(killed, "session {pid}");
+            }
+        },
+    )
+    .await;
 }

@@ -509,3 +509,41 @@ pub async fn a_rejected_completion_leaves_no_row_lock_behind<D: Dialect>(dsn: &s
         .unwrap();
     }
 }
+
+/// A pooled connection whose session was killed while it sat idle is replaced before it is
+/// handed out, so the next submit does not see it. (Connections used within the last 100 ms
+/// are handed out without that ping; sqlx pings every connection as it is given back.)
+/// `session_id` reads the asking session's id as a bigint; `kill` ends those sessions from
+/// another connection, checking that each was there to end.
+pub async fn a_connection_killed_while_idle_is_replaced_unseen<D: Dialect>(
+    dsn: &str,
+    session_id: &str,
+    kill: impl AsyncFn(&str, Vec<i64>),
+) {
+    let b = SqlExecutionBackend::<D>::new(dsn, fresh_options()).unwrap();
+    b.submit(request("idle", 0)).await.unwrap();
+    let pool = b.connector().pool().unwrap();
+    // The server sessions of every connection the pool holds idle.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut held = Vec::new();
+    while pool.num_idle() > 0 {
+        held.push(D::begin(&pool).await.unwrap());
+    }
+    let mut ids = Vec::new();
+    for tx in &mut held {
+        let rows = D::fetch(tx, session_id, Vec::new()).await.unwrap();
+        ids.push(D::bigint(&rows[0], 0).unwrap().unwrap());
+    }
+    assert!(!ids.is_empty());
+    for tx in held {
+        tx.commit().await.unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let sessions = ids.len();
+    kill(dsn, ids).await;
+    // Idle past `PING_IF_IDLE_FOR` (100 ms).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for n in 1..=sessions + 1 {
+        b.submit(request("idle", n)).await.unwrap();
+    }
+}

@@ -95,10 +95,20 @@ fn broke_a_connection(err: &sqlx::Error) -> bool {
     )
 }
 
+/// `options` with the hand-out test of every networked pool here: sqlx's ping before each
+/// hand-out off, [`ping_if_idle`] instead.
+pub(crate) fn ping_only_when_idle<DB: sqlx::Database>(
+    options: sqlx::pool::PoolOptions<DB>,
+) -> sqlx::pool::PoolOptions<DB> {
+    options
+        .test_before_acquire(false)
+        .before_acquire(|conn, meta| ping_if_idle(conn, meta))
+}
+
 /// The pools' `before_acquire` test: a connection used within [`PING_IF_IDLE_FOR`] is handed
 /// out at once, unless an operation failed on a broken connection lately; any other only if it
 /// answers a ping (else the pool closes it and takes or opens another).
-pub(crate) fn ping_if_idle<C: sqlx::Connection>(
+fn ping_if_idle<C: sqlx::Connection>(
     conn: &mut C,
     meta: sqlx::pool::PoolConnectionMetadata,
 ) -> BoxFuture<'_, Result<bool, sqlx::Error>> {

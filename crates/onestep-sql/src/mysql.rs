@@ -170,10 +170,8 @@ impl Dialect for MySql {
             .parse()
             .map_err(|e: sqlx::Error| e.to_string())?;
         let options = options.timezone(Some("+00:00".to_string()));
-        Ok(MySqlPoolOptions::new()
+        Ok(crate::dialect::ping_only_when_idle(MySqlPoolOptions::new())
             .max_connections(settings.max_connections)
-            .test_before_acquire(false)
-            .before_acquire(|conn, meta| crate::dialect::ping_if_idle(conn, meta))
             .acquire_timeout(settings.acquire_timeout)
             .after_connect(|conn, _meta| {
                 Box::pin(async move {

@@ -396,10 +396,8 @@ impl Dialect for Postgres {
         let options = sqlx::postgres::PgConnectOptions::from_str(dsn.as_url())
             .map_err(|e| e.to_string())?
             .options([("jit", "off")]);
-        Ok(PgPoolOptions::new()
+        Ok(crate::dialect::ping_only_when_idle(PgPoolOptions::new())
             .max_connections(settings.max_connections)
-            .test_before_acquire(false)
-            .before_acquire(|conn, meta| crate::dialect::ping_if_idle(conn, meta))
             .acquire_timeout(settings.acquire_timeout)
             .connect_lazy_with(options))
     }

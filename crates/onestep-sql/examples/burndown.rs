@@ -22,6 +22,8 @@
 //! tables, to see whether the cost grows with history, and lets the server's upkeep catch up
 //! with that fill (see `settle`) before the run starts.
 
+#[path = "support/allocator.rs"]
+mod allocator;
 #[path = "support/pg_counters.rs"]
 mod pg_counters;
 

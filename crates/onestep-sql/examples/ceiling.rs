@@ -21,6 +21,8 @@
 //! `cargo run --release -p onestep-sql --example ceiling -- --dsn postgres://… [--n 20000]
 //! [--connections 2] [--batch 100]`
 
+#[path = "support/allocator.rs"]
+mod allocator;
 #[path = "support/pg_counters.rs"]
 mod pg_counters;
 #[path = "support/ceiling.rs"]

@@ -23,6 +23,8 @@
 //! `cargo run --release -p onestep-sql --example ceiling_mysql -- --dsn mysql://… [--n 20000]
 //! [--connections 2] [--batch 100]`
 
+#[path = "support/allocator.rs"]
+mod allocator;
 #[path = "support/ceiling.rs"]
 mod support;
 

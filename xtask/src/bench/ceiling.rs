@@ -56,9 +56,10 @@ pub fn ratio(ours: Option<f64>, ceiling: Option<f64>) -> String {
     }
 }
 
-/// What each PostgreSQL drain cost the server per execution, counted (the ceiling's and our
-/// burn-downs' `write_transactions_per_1000_executions` and `wal_bytes_per_execution`): a table that
-/// does not move with the machine's load, or `None` when no line has the counts.
+/// What each PostgreSQL drain cost per execution, counted (the ceiling's and our burn-downs'
+/// `write_transactions_per_1000_executions` and `wal_bytes_per_execution`, which do not move with
+/// the machine's load, and the CPU time of the client process and of the whole machine, which
+/// does, and shows whether the cores were the bound), or `None` when no line has the counts.
 pub fn server_cost(lines: &[Value]) -> Option<String> {
     let counted: Vec<&Value> = lines
         .iter()
@@ -68,8 +69,9 @@ pub fn server_cost(lines: &[Value]) -> Option<String> {
         return None;
     }
     let mut out = String::from(
-        "| system | drain | write transactions per 1,000 executions | WAL bytes per execution |\n\
-         |---|---|---:|---:|\n",
+        "| system | drain | write transactions per 1,000 executions | WAL bytes per execution | \
+         client CPU µs per execution | machine CPU µs per execution |\n\
+         |---|---|---:|---:|---:|---:|\n",
     );
     for line in counted {
         let text = |k: &str| {
@@ -95,9 +97,11 @@ pub fn server_cost(lines: &[Value]) -> Option<String> {
             .and_then(Value::as_str)
             .unwrap_or("onestep (Rust)");
         out.push_str(&format!(
-            "| {system} | {drain} | {} | {} |\n",
+            "| {system} | {drain} | {} | {} | {} | {} |\n",
             text("write_transactions_per_1000_executions"),
-            text("wal_bytes_per_execution")
+            text("wal_bytes_per_execution"),
+            text("client_cpu_us_per_execution"),
+            text("machine_cpu_us_per_execution")
         ));
     }
     Some(out)
@@ -111,19 +115,22 @@ mod tests {
     fn the_server_cost_table_lists_the_counted_drains_only() {
         let lines = vec![
             serde_json::json!({"system": SYSTEM, "connections": 2, "batch": 100,
-                "write_transactions_per_1000_executions": 20.1, "wal_bytes_per_execution": 1530.0}),
+                "write_transactions_per_1000_executions": 20.1, "wal_bytes_per_execution": 1530.0,
+                "client_cpu_us_per_execution": 7.0, "machine_cpu_us_per_execution": 210.0}),
             serde_json::json!({"backend": "postgres", "concurrency": 64, "batch": 100, "submit_batch": 1000,
                 "write_transactions_per_1000_executions": 71.5, "wal_bytes_per_execution": 2210.0}),
             serde_json::json!({"backend": "sqlite", "concurrency": 64, "batch": 100}),
         ];
         let table = server_cost(&lines).unwrap();
         assert!(
-            table.contains("| bare SQL ceiling | 2 connections, batch 100 | 20.1 | 1530.0 |"),
+            table.contains(
+                "| bare SQL ceiling | 2 connections, batch 100 | 20.1 | 1530.0 | 7.0 | 210.0 |"
+            ),
             "{table}"
         );
         assert!(
             table.contains(
-                "| onestep (Rust) | concurrency 64, batch 100, submit batch 1000 | 71.5 | 2210.0 |"
+                "| onestep (Rust) | concurrency 64, batch 100, submit batch 1000 | 71.5 | 2210.0 | – | – |"
             ),
             "{table}"
         );

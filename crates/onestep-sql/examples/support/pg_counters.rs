@@ -5,6 +5,11 @@
 //! not from the statistics views, which sessions report up to seconds late. Unlike seconds, they
 //! do not move with the machine's load, so two runs compare even on a noisy machine. Shared by
 //! the burndown and ceiling examples (`#[path]`).
+//!
+//! On Linux it also counts CPU time from `/proc`: this process's, and the whole machine's busy
+//! time (every process: the server's backends, this client, anything else running). On a machine
+//! whose cores the drain saturates, the machine's CPU per execution is what bounds throughput,
+//! and the difference between the two is, roughly, the server's share.
 
 use serde_json::{Value, json};
 use sqlx::Connection;
@@ -14,6 +19,52 @@ use sqlx::Connection;
 pub struct Counters {
     next_xid: i64,
     wal_lsn: String,
+    cpu: Option<Cpu>,
+}
+
+/// CPU time so far, in clock ticks (`/proc`; `None` where it cannot be read).
+#[derive(Debug, Clone, Copy)]
+struct Cpu {
+    /// This process: user and system time.
+    process: u64,
+    /// Every core of the machine: time not idle, not waiting for I/O and not stolen.
+    machine_busy: u64,
+    /// Every core: time the hypervisor gave to another guest.
+    machine_steal: u64,
+}
+
+impl Cpu {
+    fn read() -> Option<Self> {
+        // `/proc/self/stat`: fields 14 and 15 (utime, stime) count after the `)` that closes
+        // the command name, which may itself hold spaces.
+        let own = std::fs::read_to_string("/proc/self/stat").ok()?;
+        let after_name = own.rsplit_once(')')?.1;
+        let fields: Vec<u64> = after_name
+            .split_whitespace()
+            .skip(11)
+            .take(2)
+            .map(str::parse)
+            .collect::<Result<_, _>>()
+            .ok()?;
+        // `/proc/stat`'s first line: cpu user nice system idle iowait irq softirq steal …
+        let all = std::fs::read_to_string("/proc/stat").ok()?;
+        let ticks: Vec<u64> = all
+            .lines()
+            .next()?
+            .split_whitespace()
+            .skip(1)
+            .map(str::parse)
+            .collect::<Result<_, _>>()
+            .ok()?;
+        let [user, nice, system, _idle, _iowait, irq, softirq, steal, ..] = ticks[..] else {
+            return None;
+        };
+        Some(Self {
+            process: fields.iter().sum(),
+            machine_busy: user + nice + system + irq + softirq,
+            machine_steal: steal,
+        })
+    }
 }
 
 impl Counters {
@@ -27,12 +78,18 @@ impl Counters {
         .fetch_one(&mut conn)
         .await?;
         conn.close().await?;
-        Ok(Self { next_xid, wal_lsn })
+        Ok(Self {
+            next_xid,
+            wal_lsn,
+            cpu: Cpu::read(),
+        })
     }
 
     /// What happened between `self` and `later` for `n` executions, as JSON fields to
     /// [`merge`] into a run's line (`write_transactions_per_1000_executions`,
-    /// `wal_bytes_per_execution`).
+    /// `wal_bytes_per_execution`, and where `/proc` was read `client_cpu_us_per_execution`,
+    /// `machine_cpu_us_per_execution` and `steal_us_per_execution`; a tick is 10 ms, so these
+    /// need a drain of a second or more to mean much).
     pub async fn per_execution(
         &self,
         later: &Self,
@@ -49,10 +106,23 @@ impl Counters {
         conn.close().await?;
         let n = n.max(1) as f64;
         let per_1000 = (later.next_xid - self.next_xid) as f64 * 1000.0 / n;
-        Ok(json!({
+        let mut counted = json!({
             "write_transactions_per_1000_executions": (per_1000 * 10.0).round() / 10.0,
             "wal_bytes_per_execution": (wal_bytes / n).round(),
-        }))
+        });
+        if let (Some(a), Some(b)) = (self.cpu, later.cpu) {
+            // Clock ticks are 1/100 s on Linux (`USER_HZ`), so one tick is 10,000 µs.
+            let us = |from: u64, to: u64| (to.saturating_sub(from) as f64 * 10_000.0 / n).round();
+            merge(
+                &mut counted,
+                &json!({
+                    "client_cpu_us_per_execution": us(a.process, b.process),
+                    "machine_cpu_us_per_execution": us(a.machine_busy, b.machine_busy),
+                    "steal_us_per_execution": us(a.machine_steal, b.machine_steal),
+                }),
+            );
+        }
+        Ok(counted)
     }
 }
 

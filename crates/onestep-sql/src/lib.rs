@@ -37,6 +37,7 @@ pub mod dsn;
 pub mod incremental;
 mod machine;
 pub mod param;
+mod pool_health;
 mod query;
 pub mod schema;
 mod sql;
@@ -82,7 +83,7 @@ pub(crate) fn ddl_error<D: Dialect>(
         ConnectorOperationError::new(
             D::NAME,
             ConnectorOperation::Open,
-            dialect::classify::<D>(&err),
+            pool_health::classify::<D>(&err),
             format!("{}.execution", D::NAME),
         )
         .with_cause(DdlError {

@@ -170,17 +170,19 @@ impl Dialect for MySql {
             .parse()
             .map_err(|e: sqlx::Error| e.to_string())?;
         let options = options.timezone(Some("+00:00".to_string()));
-        Ok(crate::dialect::ping_only_when_idle(MySqlPoolOptions::new())
-            .max_connections(settings.max_connections)
-            .acquire_timeout(settings.acquire_timeout)
-            .after_connect(|conn, _meta| {
-                Box::pin(async move {
-                    conn.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
-                        .await?;
-                    Ok(())
+        Ok(
+            crate::pool_health::ping_only_when_idle(MySqlPoolOptions::new())
+                .max_connections(settings.max_connections)
+                .acquire_timeout(settings.acquire_timeout)
+                .after_connect(|conn, _meta| {
+                    Box::pin(async move {
+                        conn.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+                            .await?;
+                        Ok(())
+                    })
                 })
-            })
-            .connect_lazy_with(options))
+                .connect_lazy_with(options),
+        )
     }
 
     async fn begin(

@@ -396,10 +396,12 @@ impl Dialect for Postgres {
         let options = sqlx::postgres::PgConnectOptions::from_str(dsn.as_url())
             .map_err(|e| e.to_string())?
             .options([("jit", "off")]);
-        Ok(crate::dialect::ping_only_when_idle(PgPoolOptions::new())
-            .max_connections(settings.max_connections)
-            .acquire_timeout(settings.acquire_timeout)
-            .connect_lazy_with(options))
+        Ok(
+            crate::pool_health::ping_only_when_idle(PgPoolOptions::new())
+                .max_connections(settings.max_connections)
+                .acquire_timeout(settings.acquire_timeout)
+                .connect_lazy_with(options),
+        )
     }
 
     async fn begin(

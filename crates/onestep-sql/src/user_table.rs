@@ -125,7 +125,7 @@ pub(crate) async fn show_table<D: Dialect>(
             }
             Err(e)
                 if tries + 1 < SHOW_TRIES
-                    && crate::dialect::classify::<D>(&e)
+                    && crate::pool_health::classify::<D>(&e)
                         == onestep_core::ConnectorErrorKind::Transient =>
             {
                 tries += 1;
@@ -248,7 +248,7 @@ pub(crate) fn connector_error<D: Dialect>(
     let mut error = ConnectorOperationError::new(
         D::NAME,
         operation,
-        crate::dialect::classify::<D>(&err),
+        crate::pool_health::classify::<D>(&err),
         name,
     )
     .with_cause(err);

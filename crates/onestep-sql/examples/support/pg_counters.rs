@@ -9,7 +9,8 @@
 //! On Linux it also counts CPU time from `/proc`: this process's, and the whole machine's busy
 //! time (every process: the server's backends, this client, anything else running). On a machine
 //! whose cores the drain saturates, the machine's CPU per execution is what bounds throughput,
-//! and the difference between the two is, roughly, the server's share.
+//! and the difference between the two is, roughly, the server's share. (The host's steal is
+//! not counted here: `cargo xtask bench` measures it around every run, `xtask/src/bench/steal.rs`.)
 
 use serde_json::{Value, json};
 use sqlx::Connection;
@@ -29,8 +30,6 @@ struct Cpu {
     process: u64,
     /// Every core of the machine: time not idle, not waiting for I/O and not stolen.
     machine_busy: u64,
-    /// Every core: time the hypervisor gave to another guest.
-    machine_steal: u64,
 }
 
 impl Cpu {
@@ -56,13 +55,12 @@ impl Cpu {
             .map(str::parse)
             .collect::<Result<_, _>>()
             .ok()?;
-        let [user, nice, system, _idle, _iowait, irq, softirq, steal, ..] = ticks[..] else {
+        let [user, nice, system, _idle, _iowait, irq, softirq, ..] = ticks[..] else {
             return None;
         };
         Some(Self {
             process: fields.iter().sum(),
             machine_busy: user + nice + system + irq + softirq,
-            machine_steal: steal,
         })
     }
 }
@@ -87,9 +85,9 @@ impl Counters {
 
     /// What happened between `self` and `later` for `n` executions, as JSON fields to
     /// [`merge`] into a run's line (`write_transactions_per_1000_executions`,
-    /// `wal_bytes_per_execution`, and where `/proc` was read `client_cpu_us_per_execution`,
-    /// `machine_cpu_us_per_execution` and `steal_us_per_execution`; a tick is 10 ms, so these
-    /// need a drain of a second or more to mean much).
+    /// `wal_bytes_per_execution`, and where `/proc` was read `client_cpu_us_per_execution` and
+    /// `machine_cpu_us_per_execution`; a tick is 10 ms, so these need a drain of a second or
+    /// more to mean much).
     pub async fn per_execution(
         &self,
         later: &Self,
@@ -118,7 +116,6 @@ impl Counters {
                 &json!({
                     "client_cpu_us_per_execution": us(a.process, b.process),
                     "machine_cpu_us_per_execution": us(a.machine_busy, b.machine_busy),
-                    "steal_us_per_execution": us(a.machine_steal, b.machine_steal),
                 }),
             );
         }

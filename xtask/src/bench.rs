@@ -13,7 +13,10 @@
 //! PostgreSQL and MariaDB with a prefetch buffer as large as `--concurrency`. With `--peers` it
 //! runs the peer workloads of `bench/peers/run.sh` in the same session, against the same servers:
 //! the Python reference (`onestep` 1.15.0 + `onestep-sql` 0.7.1) on PostgreSQL and MariaDB, and
-//! graphile-worker on PostgreSQL (default settings and batched settings).
+//! graphile-worker on PostgreSQL (default settings and batched settings). Then `--rounds`
+//! rounds (default 3) run each server's ceiling and our `submit_many` drain back to back, the
+//! order turned round every round (two workers too with `--scale-out`), and a third table gives
+//! the ratio of each round and their median (`bench/pairs.rs`).
 //!
 //! Every run prints one JSON line; the lines are also written to
 //! `target/bench/<unix-seconds>.jsonl`, and a summary table ends the output. The machine is noisy:
@@ -29,6 +32,7 @@ use crate::kind::Kind;
 use crate::servers::{Options, Servers};
 
 mod ceiling;
+mod pairs;
 mod scale;
 mod sources;
 mod steal;
@@ -57,11 +61,14 @@ pub struct BenchOptions {
     pub history: usize,
     /// Also drain the PostgreSQL burn-down with 1, 2, 4 and 8 worker apps side by side.
     pub scale_out: bool,
+    /// Rounds of the paired runs: the ceiling and our `submit_many` drain back to back, their
+    /// ratio's median over the rounds (`bench/pairs.rs`).
+    pub rounds: usize,
 }
 
 impl BenchOptions {
     /// Parses `[--n N] [--reference-n N] [--concurrency N] [--batch N] [--prefetch N] [--steady-rate N]
-    /// [--steady-seconds N] [--history N] [--peers] [--scale-out]`.
+    /// [--steady-seconds N] [--history N] [--rounds N] [--peers] [--scale-out]`.
     pub fn from_args(args: &[String]) -> Result<Self> {
         let mut options = Self {
             n: 20_000,
@@ -74,6 +81,7 @@ impl BenchOptions {
             steady_seconds: 10,
             history: 0,
             scale_out: false,
+            rounds: 3,
         };
         let mut it = args.iter();
         while let Some(flag) = it.next() {
@@ -95,12 +103,13 @@ impl BenchOptions {
                 "--steady-rate" => options.steady_rate = number("--steady-rate")?,
                 "--steady-seconds" => options.steady_seconds = number("--steady-seconds")?,
                 "--history" => options.history = number("--history")?,
+                "--rounds" => options.rounds = number("--rounds")?,
                 "--peers" => options.peers = true,
                 "--scale-out" => options.scale_out = true,
                 other => bail!(
                     "`bench`: unknown argument {other:?} (expected --n, --reference-n, \
                      --concurrency, --batch, --prefetch, --steady-rate, --steady-seconds, --history, \
-                     --peers, --scale-out)"
+                     --rounds, --peers, --scale-out)"
                 ),
             }
         }
@@ -111,6 +120,10 @@ impl BenchOptions {
 /// Runs the benchmark with servers from `server_options`, cleaning them up whatever happens.
 pub fn run(server_options: Options, options: &BenchOptions) -> Result<()> {
     let root = crate::workspace_root();
+    // Before the release build (minutes in a new checkout), not after it.
+    if options.peers {
+        check_peer_tools(&root)?;
+    }
     crate::cargo(
         &[
             "build",
@@ -159,9 +172,6 @@ pub fn run(server_options: Options, options: &BenchOptions) -> Result<()> {
             burndown.display()
         );
     }
-    if options.peers {
-        check_peer_tools(&root)?;
-    }
     // The source drains beside the reference (--peers) include the binlog source, which needs
     // a server writing a row-format binary log.
     let kinds: &[Kind] = if options.peers {
@@ -179,6 +189,9 @@ pub fn run(server_options: Options, options: &BenchOptions) -> Result<()> {
     println!("\n{}", summary(&lines));
     if let Some(cost) = ceiling::server_cost(&lines) {
         println!("\n{cost}");
+    }
+    if let Some(rounds) = pairs::summary(&lines) {
+        println!("\nThe ceiling and our drains in adjacent runs, round by round:\n\n{rounds}");
     }
     if lines
         .iter()
@@ -315,6 +328,21 @@ fn run_all(
             options.batch,
         )?);
     }
+    // The ratios to the ceilings again, from runs side by side, several rounds.
+    let setup = pairs::Setup {
+        burndown,
+        examples: &examples,
+        postgres: &postgres,
+        mariadb: &mariadb,
+        n: options.n,
+        concurrency: options.concurrency,
+        batch: options.batch,
+    };
+    lines.extend(pairs::run(
+        &setup,
+        &pairs::pairs(options.scale_out),
+        options.rounds,
+    )?);
     // The API path: `onestep serve` taking submits over HTTP from 32 keep-alive connections.
     let http_submit = crate::target_dir().join("release/examples/http_submit");
     let onestep = crate::target_dir().join("release/onestep");
@@ -555,7 +583,10 @@ fn summary(lines: &[Value]) -> String {
         (Some(a), Some(b)) if b > 0.0 => format!("{:.1}×", a / b),
         _ => "–".to_string(),
     };
-    for line in lines.iter().filter(|l| l.get("workload").is_none()) {
+    for line in lines
+        .iter()
+        .filter(|l| l.get("workload").is_none() && !pairs::is_paired(l))
+    {
         let text = |key: &str| line.get(key).and_then(Value::as_str).unwrap_or("?");
         let number = |key: &str| {
             line.get(key)
@@ -643,7 +674,9 @@ mod tests {
         assert_eq!((o.n, o.reference_n, o.peers), (20_000, 2_000, false));
         let o = BenchOptions::from_args(&args(&["--n", "500", "--peers"])).unwrap();
         assert_eq!((o.n, o.peers), (500, true));
-        assert_eq!(o.history, 0);
+        assert_eq!((o.history, o.rounds), (0, 3));
+        let o = BenchOptions::from_args(&args(&["--rounds", "5"])).unwrap();
+        assert_eq!(o.rounds, 5);
         let o = BenchOptions::from_args(&args(&["--history", "1000000"])).unwrap();
         assert_eq!(o.history, 1_000_000);
         assert!(!o.scale_out);

@@ -41,7 +41,8 @@ pub fn drained(lines: &[Value], server: &str) -> Option<f64> {
     lines
         .iter()
         .find(|l| {
-            l.get("system").and_then(Value::as_str) == Some(SYSTEM)
+            !super::pairs::is_paired(l)
+                && l.get("system").and_then(Value::as_str) == Some(SYSTEM)
                 && l.get("server").and_then(Value::as_str) == Some(server)
         })
         .and_then(|l| l.get("drain_per_s").and_then(Value::as_f64))
@@ -63,7 +64,9 @@ pub fn ratio(ours: Option<f64>, ceiling: Option<f64>) -> String {
 pub fn server_cost(lines: &[Value]) -> Option<String> {
     let counted: Vec<&Value> = lines
         .iter()
-        .filter(|l| l.get("write_transactions_per_1000_executions").is_some())
+        .filter(|l| {
+            l.get("write_transactions_per_1000_executions").is_some() && !super::pairs::is_paired(l)
+        })
         .collect();
     if counted.is_empty() {
         return None;

@@ -36,6 +36,16 @@ const serverCpuS = () => {
   }
   return ticks / CLK_TCK;
 };
+// The whole machine's busy CPU ticks (/proc/stat's first line: user, nice, system, irq, softirq).
+const machineBusyTicks = () => {
+  const f = readFileSync("/proc/stat", "utf8").split("\n")[0].trim().split(/\s+/).slice(1).map(Number);
+  return f[0] + f[1] + f[2] + f[5] + f[6];
+};
+// The server's next transaction id and WAL insert position, as the burndown's pg_counters reads them.
+const serverCounters = () => utils.withPgClient(c => c.query(
+  "select pg_snapshot_xmax(pg_current_snapshot())::text::bigint as xid, pg_current_wal_insert_lsn()::text as lsn"))
+  .then(({ rows: [r] }) => ({ xid: BigInt(r.xid), lsn: r.lsn }));
+const lsnBytes = (lsn) => { const [hi, lo] = lsn.split("/"); return BigInt("0x" + hi) * 4294967296n + BigInt("0x" + lo); };
 const cpuS = () => { const u = process.cpuUsage(); return (u.user + u.system) / 1e6; };
 const logger = new Logger(() => (level, message) => {
   if (level === "error" || level === "warning") console.error(`[graphile ${level}] ${message}`);
@@ -61,7 +71,8 @@ try {
     pollInterval: POLL_INTERVAL,
     taskList: { noop: async (payload) => { if (++done === N) resolveDone(); return { ok: payload.i }; } } };
   if (mode === "batch") Object.assign(opts, { preset: { worker: { localQueue: { size: 500 }, completeJobBatchDelay: 0, failJobBatchDelay: 0 } } });
-  const c2 = cpuS(), d2 = serverCpuS();
+  const before = await serverCounters();
+  const c2 = cpuS(), d2 = serverCpuS(), m2 = machineBusyTicks();
   const t2 = performance.now();
   runner = await run(opts);
   await allDone;
@@ -72,7 +83,8 @@ try {
     await new Promise(r => setTimeout(r, 20));
   }
   const t3 = performance.now();
-  const c3 = cpuS(), d3 = serverCpuS();
+  const c3 = cpuS(), d3 = serverCpuS(), m3 = machineBusyTicks();
+  const after = await serverCounters();
   const loadAfterDrain = loadavg();
   await runner.stop(); runner = null;
   const { rows: [{ v, sc }] } = await utils.withPgClient(c => c.query("select version() v, current_setting('synchronous_commit') sc"));
@@ -84,6 +96,14 @@ try {
     // CPU seconds per wall second during each phase: this (client+worker) process, and the DB server
     submit_cpu: { bench_process: +((c1 - c0) / ((t1 - t0) / 1000)).toFixed(2), db_server: +((d1 - d0) / ((t1 - t0) / 1000)).toFixed(2) },
     drain_cpu: { bench_process: +((c3 - c2) / ((t3 - t2) / 1000)).toFixed(2), db_server: +((d3 - d2) / ((t3 - t2) / 1000)).toFixed(2) },
+    // What the drain cost per job, counted as the burndown and ceiling examples count it.
+    write_transactions_per_1000_executions: +(Number(after.xid - before.xid) * 1000 / N).toFixed(1),
+    wal_bytes_per_execution: Math.round(Number(lsnBytes(after.lsn) - lsnBytes(before.lsn)) / N),
+    client_cpu_us_per_execution: Math.round((c3 - c2) * 1e6 / N),
+    machine_cpu_us_per_execution: Math.round((m3 - m2) / CLK_TCK * 1e6 / N),
+    drain_shape: mode === "batch"
+      ? `1 process, concurrency ${CONCURRENCY}, local queue 500, batched completions`
+      : `1 process, concurrency ${CONCURRENCY}`,
     loadavg_before: loadBefore, loadavg_after_submit: loadAfterSubmit, loadavg_after_drain: loadAfterDrain,
     settings: {
       "graphile-worker": require("graphile-worker/package.json").version, pg: require("pg/package.json").version,

@@ -57,8 +57,8 @@ pub fn ratio(ours: Option<f64>, ceiling: Option<f64>) -> String {
     }
 }
 
-/// What each PostgreSQL drain cost per execution, counted (the ceiling's and our burn-downs'
-/// `write_transactions_per_1000_executions` and `wal_bytes_per_execution`, which do not move with
+/// What each PostgreSQL drain cost per execution, counted (the ceiling's, our burn-downs' and
+/// graphile-worker's `write_transactions_per_1000_executions` and `wal_bytes_per_execution`, which do not move with
 /// the machine's load, and the CPU time of the client process and of the whole machine, which
 /// does, and shows whether the cores were the bound), or `None` when no line has the counts.
 pub fn server_cost(lines: &[Value]) -> Option<String> {
@@ -84,6 +84,8 @@ pub fn server_cost(lines: &[Value]) -> Option<String> {
             })
         };
         let drain = match line.get("concurrency") {
+            // A peer's script says what its drain was (graphile-worker's).
+            _ if line.get("drain_shape").is_some() => text("drain_shape"),
             Some(c) => format!(
                 "concurrency {c}, batch {}, submit batch {}",
                 text("batch"),
@@ -123,6 +125,10 @@ mod tests {
             serde_json::json!({"backend": "postgres", "concurrency": 64, "batch": 100, "submit_batch": 1000,
                 "write_transactions_per_1000_executions": 71.5, "wal_bytes_per_execution": 2210.0}),
             serde_json::json!({"backend": "sqlite", "concurrency": 64, "batch": 100}),
+            serde_json::json!({"system": "graphile-worker (batched)",
+                "drain_shape": "1 process, concurrency 24, local queue 500, batched completions",
+                "write_transactions_per_1000_executions": 4.0, "wal_bytes_per_execution": 495,
+                "client_cpu_us_per_execution": 43, "machine_cpu_us_per_execution": 165}),
         ];
         let table = server_cost(&lines).unwrap();
         assert!(
@@ -137,8 +143,14 @@ mod tests {
             ),
             "{table}"
         );
-        assert_eq!(table.lines().count(), 4, "{table}");
-        assert_eq!(server_cost(&lines[2..]), None);
+        assert!(
+            table.contains(
+                "| graphile-worker (batched) | 1 process, concurrency 24, local queue 500, batched completions | 4.0 | 495 | 43 | 165 |"
+            ),
+            "{table}"
+        );
+        assert_eq!(table.lines().count(), 5, "{table}");
+        assert_eq!(server_cost(&lines[2..3]), None);
     }
 
     #[test]

@@ -27,7 +27,9 @@ const COALESCE_WAIT: Duration = Duration::from_millis(20);
 /// settled; this bounds the work a runner holds while its backend commits. Three, not two: in a
 /// burn-down at 128 slots the one completion writer was busy ~75 % of the time, and with two
 /// per slot the claims stopped while it wrote; three drained PostgreSQL 3–8 % and MariaDB 2–5 %
-/// faster (every alternating round) with fewer, fuller batches. Four measured no better.
+/// faster (every alternating round) with fewer, fuller batches. Four, five and six measured no
+/// better (five and six: 4 alternating rounds on PostgreSQL, 2026-12-05), and every delivery held
+/// past the running slots has run but is not stored: a killed worker's are run again.
 const IN_FLIGHT_PER_SLOT: usize = 3;
 
 /// How long a runner waits for in-flight work at shutdown, and for cancelled work to clean up.
@@ -130,7 +132,8 @@ impl Runner {
         // up before fetching; idle runners fetch at once. Half rather than a quarter: a
         // quarter sent claims of ~32 rows at 128 slots, a third more write transactions per
         // execution on PostgreSQL for no faster drain, and on MariaDB two claims of that size
-        // overlapped no better than one.
+        // overlapped no better than one. Three quarters, or all of them, drained slower in
+        // every round: larger claims, but the slots wait longer for them.
         let worth_fetching = (concurrency / 2).clamp(1, batch_size);
         let gather = COALESCE_WAIT.min(self.source.poll_interval());
         // When the runner fetches with fewer than `worth_fetching` free slots anyway.

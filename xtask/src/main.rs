@@ -57,9 +57,11 @@ commands:
                                       packages; --no-package: skip packaging)
   release-plan                        the ordered release plan: crate, old -> new version, why
   bench [--throwaway-servers] [--peers] [--n N] [--reference-n N] [--concurrency N] [--batch N]
-        [--steady-rate N] [--steady-seconds N] [--history N]
-                                      burn-down benchmark on PostgreSQL, MariaDB and SQLite
-                                      (--peers: also the Python reference and graphile-worker)
+        [--prefetch N] [--steady-rate N] [--steady-seconds N] [--history N] [--rounds N]
+        [--scale-out]                 burn-down benchmark on PostgreSQL, MariaDB and SQLite
+                                      (--peers: also the Python reference and graphile-worker;
+                                      --rounds: paired ceiling/drain rounds, default 3;
+                                      --scale-out: 1, 2, 4 and 8 workers)
   chaos [--throwaway-servers] [--short] [--n N] [--only FAULT]
                                       the fault suite (docs/reliability.md): kill -9, server
                                       restart, 4 workers, connection kills, cancels, clock skew

@@ -12,14 +12,16 @@
 //!    their attempts `succeeded` (result `{"ok": true}`) from typed arrays with
 //!    `UPDATE … FROM unnest(…)`, each row fenced by its lease token;
 //!
-//! until a claim returns no row. No handler, no channels, no lock-and-read before the writes:
+//! until a claim returns no row. With `--combined` each batch is completed instead in the
+//! transaction that claims the next one (the completion first): one transaction and one commit
+//! per batch, the shape issue 21 asks to weigh. No handler, no channels, no lock-and-read before the writes:
 //! two statements per batch, which bounds what any worker can drain on this schema. At the end
 //! exactly N executions and N attempts must be `succeeded` (else it fails, leaving the tables for
 //! a look), the tables are dropped, and one JSON line like burndown's is printed, with the
 //! drain's write transactions and WAL bytes per execution (`support/pg_counters.rs`).
 //!
 //! `cargo run --release -p onestep-sql --example ceiling -- --dsn postgres://… [--n 20000]
-//! [--connections 2] [--batch 100]`
+//! [--connections 2] [--batch 100] [--combined]`
 
 #[path = "support/allocator.rs"]
 mod allocator;
@@ -67,17 +69,58 @@ SELECT (SELECT count(*) FROM done), (SELECT count(*) FROM finished)";
 /// The lease each claim takes, in microseconds (burndown's worker leases for 60 s).
 const LEASE_MICROS: i64 = 60_000_000;
 
-/// One connection's loop: claim a batch, complete it, until a claim finds nothing.
+/// A claimed batch waiting for its completion: execution ids, lease tokens, attempt ids.
+#[derive(Default)]
+struct Claimed {
+    ids: Vec<Uuid>,
+    tokens: Vec<Uuid>,
+    attempt_ids: Vec<Uuid>,
+}
+
+/// Runs [`COMPLETE`] for `batch` in `conn`'s transaction; an error unless every execution and
+/// attempt of it changed.
+async fn complete_batch(
+    conn: &mut PgConnection,
+    complete: &str,
+    batch: &Claimed,
+    ok: &Value,
+) -> Result<(), Error> {
+    let results = vec![Json(ok); batch.ids.len()];
+    let counts = sqlx::query(complete)
+        .persistent(is_stable(complete))
+        .bind(&batch.ids)
+        .bind(&batch.tokens)
+        .bind(&batch.attempt_ids)
+        .bind(&results)
+        .fetch_one(&mut *conn)
+        .await?;
+    let (done, finished): (i64, i64) = (counts.try_get(0)?, counts.try_get(1)?);
+    if usize::try_from(done).ok() != Some(batch.ids.len())
+        || usize::try_from(finished).ok() != Some(batch.ids.len())
+    {
+        return Err(format!(
+            "completion of {} claimed rows changed {done} executions and {finished} attempts",
+            batch.ids.len()
+        )
+        .into());
+    }
+    Ok(())
+}
+
+/// One connection's loop: claim a batch, complete it, until a claim finds nothing. `combined`:
+/// complete each batch in the next claim's transaction instead of in its own.
 async fn drain(
     mut conn: PgConnection,
     claim: String,
     complete: String,
     batch: usize,
     worker_id: String,
+    combined: bool,
 ) -> Result<Drained, Error> {
     let mut drained = Drained::default();
     let limit = i64::try_from(batch)?;
     let ok = json!({"ok": true});
+    let mut pending: Option<Claimed> = None;
     loop {
         // The caller's lease tokens and attempt ids, paired with the locked rows by position
         // (as the backend does: `uuid4` tokens, UUIDv7 attempt ids).
@@ -93,6 +136,9 @@ async fn drain(
         };
         let none = None::<OffsetDateTime>;
         let mut tx = conn.begin().await?;
+        if let Some(done) = pending.take() {
+            complete_batch(&mut tx, &complete, &done, &ok).await?;
+        }
         // The backend's parameters with no injected clock: the statement reads the
         // transaction's time wherever a `now` is NULL.
         let rows = sqlx::query(&claim)
@@ -118,9 +164,7 @@ async fn drain(
         }
         drained.claims += 1;
         let attempt_of: HashMap<Uuid, Uuid> = fresh.into_iter().collect();
-        let mut ids = Vec::with_capacity(rows.len());
-        let mut tokens = Vec::with_capacity(rows.len());
-        let mut attempt_ids = Vec::with_capacity(rows.len());
+        let mut claimed = Claimed::default();
         for row in &rows {
             let id: Uuid = row.try_get("id")?;
             let token: Option<Uuid> = row.try_get("lease_token")?;
@@ -130,32 +174,18 @@ async fn drain(
             let (token, attempt_id) = token
                 .and_then(|t| attempt_of.get(&t).map(|a| (t, *a)))
                 .ok_or_else(|| format!("claim returned execution {id} without a lease of ours"))?;
-            ids.push(id);
-            tokens.push(token);
-            attempt_ids.push(attempt_id);
+            claimed.ids.push(id);
+            claimed.tokens.push(token);
+            claimed.attempt_ids.push(attempt_id);
         }
-        let results = vec![Json(&ok); rows.len()];
-        let mut tx = conn.begin().await?;
-        let counts = sqlx::query(&complete)
-            .persistent(is_stable(&complete))
-            .bind(&ids)
-            .bind(&tokens)
-            .bind(&attempt_ids)
-            .bind(&results)
-            .fetch_one(&mut *tx)
-            .await?;
-        let (done, finished): (i64, i64) = (counts.try_get(0)?, counts.try_get(1)?);
-        if usize::try_from(done).ok() != Some(rows.len())
-            || usize::try_from(finished).ok() != Some(rows.len())
-        {
-            return Err(format!(
-                "completion of {} claimed rows changed {done} executions and {finished} attempts",
-                rows.len()
-            )
-            .into());
-        }
-        tx.commit().await?;
         drained.executions += rows.len();
+        if combined {
+            pending = Some(claimed);
+            continue;
+        }
+        let mut tx = conn.begin().await?;
+        complete_batch(&mut tx, &complete, &claimed, &ok).await?;
+        tx.commit().await?;
     }
 }
 
@@ -207,6 +237,7 @@ async fn run(a: Args) -> Result<Value, Error> {
             complete.clone(),
             a.batch,
             format!("ceiling-{i}"),
+            a.combined,
         ));
     }
     let mut total = Drained::default();
@@ -248,7 +279,7 @@ async fn run(a: Args) -> Result<Value, Error> {
         "system": SYSTEM,
         "backend": Postgres::NAME,
         "server": "postgres",
-        "mode": "ceiling",
+        "mode": if a.combined { "ceiling, each completion with the next claim" } else { "ceiling" },
         "n": a.n,
         "connections": a.connections,
         "batch": a.batch,

@@ -318,6 +318,10 @@ async fn main() {
         &["mysql://", "mariadb://"],
         "--dsn must be a mysql:// or mariadb:// URL",
     ) {
+        Ok(a) if a.combined => {
+            eprintln!("ceiling_mysql: --combined is the PostgreSQL ceiling's only");
+            std::process::exit(2);
+        }
         Ok(a) => a,
         Err(e) => {
             eprintln!("ceiling_mysql: {e}");

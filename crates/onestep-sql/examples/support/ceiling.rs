@@ -17,9 +17,12 @@ pub struct Args {
     pub n: usize,
     pub connections: usize,
     pub batch: usize,
+    /// `--combined` (PostgreSQL): each batch is completed in the transaction that claims the
+    /// next, one transaction per batch instead of two.
+    pub combined: bool,
 }
 
-/// Reads `--dsn URL [--n 20000] [--connections 2] [--batch 100]`; the DSN must start with one
+/// Reads `--dsn URL [--n 20000] [--connections 2] [--batch 100] [--combined]`; the DSN must start with one
 /// of `schemes`, else `wrong_scheme` is the error.
 pub fn args(schemes: &[&str], wrong_scheme: &str) -> Result<Args, String> {
     let mut a = Args {
@@ -27,6 +30,7 @@ pub fn args(schemes: &[&str], wrong_scheme: &str) -> Result<Args, String> {
         n: 20_000,
         connections: 2,
         batch: 100,
+        combined: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -44,9 +48,10 @@ pub fn args(schemes: &[&str], wrong_scheme: &str) -> Result<Args, String> {
             "--n" => a.n = number("--n")?,
             "--connections" => a.connections = number("--connections")?,
             "--batch" => a.batch = number("--batch")?,
+            "--combined" => a.combined = true,
             other => {
                 return Err(format!(
-                    "unknown flag {other} (expected --dsn, --n, --connections, --batch)"
+                    "unknown flag {other} (expected --dsn, --n, --connections, --batch, --combined)"
                 ));
             }
         }

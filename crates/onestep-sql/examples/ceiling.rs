@@ -12,10 +12,11 @@
 //!    their attempts `succeeded` (result `{"ok": true}`) from typed arrays with
 //!    `UPDATE … FROM unnest(…)`, each row fenced by its lease token;
 //!
-//! until a claim returns no row. With `--combined` each batch is completed instead in the
-//! transaction that claims the next one (the completion first): one transaction and one commit
-//! per batch, the shape issue 21 asks to weigh. No handler, no channels, no lock-and-read before the writes:
-//! two statements per batch, which bounds what any worker can drain on this schema. At the end
+//! until a claim returns no row. No handler, no channels, no lock-and-read before the writes:
+//! two statements per batch, which bounds what any worker can drain on this schema. With
+//! `--combined` each batch is completed instead in the transaction that claims the next one (the
+//! completion first): one transaction and one commit per batch, the shape issue 21 asks to
+//! weigh. At the end
 //! exactly N executions and N attempts must be `succeeded` (else it fails, leaving the tables for
 //! a look), the tables are dropped, and one JSON line like burndown's is printed, with the
 //! drain's write transactions and WAL bytes per execution (`support/pg_counters.rs`).

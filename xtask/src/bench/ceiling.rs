@@ -58,9 +58,10 @@ pub fn ratio(ours: Option<f64>, ceiling: Option<f64>) -> String {
 }
 
 /// What each PostgreSQL drain cost per execution, counted (the ceiling's, our burn-downs' and
-/// graphile-worker's `write_transactions_per_1000_executions` and `wal_bytes_per_execution`, which do not move with
-/// the machine's load, and the CPU time of the client process and of the whole machine, which
-/// does, and shows whether the cores were the bound), or `None` when no line has the counts.
+/// graphile-worker's `write_transactions_per_1000_executions` and `wal_bytes_per_execution`,
+/// which do not move with the machine's load, and the CPU time of the client process and of the
+/// whole machine, which does, and shows whether the cores were the bound), or `None` when no
+/// line has the counts.
 pub fn server_cost(lines: &[Value]) -> Option<String> {
     let counted: Vec<&Value> = lines
         .iter()
@@ -83,15 +84,15 @@ pub fn server_cost(lines: &[Value]) -> Option<String> {
                 other => other.to_string(),
             })
         };
-        let drain = match line.get("concurrency") {
-            // A peer's script says what its drain was (graphile-worker's).
-            _ if line.get("drain_shape").is_some() => text("drain_shape"),
-            Some(c) => format!(
+        // A peer's script says what its drain was (graphile-worker's).
+        let drain = match (line.get("drain_shape"), line.get("concurrency")) {
+            (Some(_), _) => text("drain_shape"),
+            (None, Some(c)) => format!(
                 "concurrency {c}, batch {}, submit batch {}",
                 text("batch"),
                 text("submit_batch")
             ),
-            None => format!(
+            (None, None) => format!(
                 "{} connections, batch {}",
                 text("connections"),
                 text("batch")

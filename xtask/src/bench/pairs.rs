@@ -6,7 +6,6 @@
 //! median of ratios from adjacent runs does not move with the hour.
 
 use std::path::Path;
-use std::process::Command;
 
 use anyhow::Result;
 use serde_json::{Value, json};
@@ -41,6 +40,16 @@ pub struct Setup<'a> {
     pub concurrency: usize,
     /// See `concurrency`.
     pub batch: usize,
+}
+
+impl Setup<'_> {
+    /// The URL of `server` (`postgres`, else MariaDB's).
+    fn dsn(&self, server: &str) -> &str {
+        match server {
+            "postgres" => self.postgres,
+            _ => self.mariadb,
+        }
+    }
 }
 
 /// The comparisons of a bench run: one worker on each server, and two workers on PostgreSQL
@@ -89,26 +98,24 @@ pub fn run(setup: &Setup<'_>, pairs: &[Pair<'_>], rounds: usize) -> Result<Vec<V
 }
 
 fn ceiling_run(setup: &Setup<'_>, server: &str, round: usize) -> Result<Value> {
-    let (binary, dsn) = match server {
-        "postgres" => ("ceiling", setup.postgres),
-        _ => ("ceiling_mysql", setup.mariadb),
+    let binary = match server {
+        "postgres" => "ceiling",
+        _ => "ceiling_mysql",
     };
+    let dsn = setup.dsn(server);
     let mut line = ceiling::run(&setup.examples.join(binary), dsn, server, setup.n)?;
     mark(&mut line, round);
     Ok(line)
 }
 
 fn our_run(setup: &Setup<'_>, pair: &Pair<'_>, round: usize) -> Result<Value> {
-    let dsn = match pair.server {
-        "postgres" => setup.postgres,
-        _ => setup.mariadb,
-    };
-    let mut cmd = Command::new(setup.burndown);
-    cmd.args(["--dsn", dsn, "--n", &setup.n.to_string()])
-        .args(["--concurrency", &setup.concurrency.to_string()])
-        .args(["--batch", &setup.batch.to_string()])
-        .args(["--submit-batch", "1000"])
-        .args(["--workers", &pair.workers.to_string()]);
+    let cmd = scale::command(
+        setup.burndown,
+        setup.dsn(pair.server),
+        setup.n,
+        (setup.concurrency, setup.batch),
+        pair.workers,
+    );
     let what = format!(
         "round {round}: onestep on {}, {} worker(s)",
         pair.server, pair.workers

@@ -20,9 +20,26 @@ pub fn system(workers: usize) -> String {
     )
 }
 
-/// Runs `burndown` (submits with `submit_many(1000)`) once per entry of [`WORKERS`] on the
-/// PostgreSQL server at `dsn`, with each worker's `concurrency` and claim `batch`; one JSON
-/// object per run.
+/// The `burndown` command for `n` executions submitted with `submit_many(1000)` on the server at
+/// `dsn`, drained by `workers` worker apps, each with `concurrency` slots and claim `batch`.
+pub fn command(
+    burndown: &Path,
+    dsn: &str,
+    n: usize,
+    (concurrency, batch): (usize, usize),
+    workers: usize,
+) -> Command {
+    let mut cmd = Command::new(burndown);
+    cmd.args(["--dsn", dsn, "--n", &n.to_string()])
+        .args(["--concurrency", &concurrency.to_string()])
+        .args(["--batch", &batch.to_string()])
+        .args(["--submit-batch", "1000"])
+        .args(["--workers", &workers.to_string()]);
+    cmd
+}
+
+/// Runs [`command`] once per entry of [`WORKERS`] on the PostgreSQL server at `dsn`, with each
+/// worker's `concurrency` and claim `batch`; one JSON object per run.
 pub fn run(
     burndown: &Path,
     dsn: &str,
@@ -32,12 +49,7 @@ pub fn run(
 ) -> Result<Vec<Value>> {
     let mut lines = Vec::with_capacity(WORKERS.len());
     for workers in WORKERS {
-        let mut cmd = Command::new(burndown);
-        cmd.args(["--dsn", dsn, "--n", &n.to_string()])
-            .args(["--concurrency", &concurrency.to_string()])
-            .args(["--batch", &batch.to_string()])
-            .args(["--submit-batch", "1000"])
-            .args(["--workers", &workers.to_string()]);
+        let cmd = command(burndown, dsn, n, (concurrency, batch), workers);
         let what = format!("onestep on postgres, {workers} workers");
         lines.push(super::labeled_run(
             cmd,

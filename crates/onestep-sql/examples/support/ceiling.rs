@@ -22,8 +22,8 @@ pub struct Args {
     pub combined: bool,
 }
 
-/// Reads `--dsn URL [--n 20000] [--connections 2] [--batch 100] [--combined]`; the DSN must start with one
-/// of `schemes`, else `wrong_scheme` is the error.
+/// Reads `--dsn URL [--n 20000] [--connections 2] [--batch 100] [--combined]`; the DSN must
+/// start with one of `schemes`, else `wrong_scheme` is the error.
 pub fn args(schemes: &[&str], wrong_scheme: &str) -> Result<Args, String> {
     let mut a = Args {
         dsn: String::new(),

@@ -440,7 +440,9 @@ async fn fetches_side_by_side_share_the_slots_and_rest_when_the_queue_is_empty()
     let log = Log::default();
     let mut source = ScriptedSource::new((0..60).map(|n| json!(n)), &log);
     source.concurrent_fetches = 2;
-    source.fetch_delay = Duration::from_millis(3);
+    // Long enough that slots free up while a fetch is still under way even on a loaded machine
+    // (at 3 ms, a busy CI run once saw no two fetches overlap).
+    source.fetch_delay = Duration::from_millis(12);
     source.frees_slot_before_ack = true;
     source.ack_delay = Duration::from_millis(2);
     source.poll = Duration::from_millis(50);

@@ -139,6 +139,44 @@ async fn sessions_run_without_jit() {
     assert_eq!(jit, "off");
 }
 
+/// `Postgres::time` reads a binary `timestamptz` from its bytes: every instant reads as sqlx
+/// reads it (the epoch's edges, before 1970, far years, microseconds, NULL), and `infinity`, which
+/// sqlx's decoder panics on, is a decode error.
+#[tokio::test]
+async fn stored_instants_read_as_sqlx_reads_them() {
+    use onestep_sql::Dialect as _;
+    let url = support::postgres_url();
+    let b = PostgresExecutionBackend::new(&url, live::fresh_options()).unwrap();
+    let pool = b.connector().pool().unwrap();
+    let texts = [
+        "2000-01-01 00:00:00+00",
+        "1999-12-31 23:59:59.999999+00",
+        "1970-01-01 00:00:00+00",
+        "1969-07-20 20:17:40.123456+00",
+        "2026-12-05 08:01:02.000001+02",
+        "0001-01-01 00:00:00+00",
+        "9999-12-31 23:59:59.999999+00",
+    ];
+    for text in texts {
+        // Prepared (sqlx's default), so the value comes in the binary format.
+        let row = sqlx::query("SELECT CAST($1 AS timestamptz), CAST(NULL AS timestamptz)")
+            .bind(text)
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+        let ours = Postgres::time(&row, 0).unwrap();
+        let sqlx_reads: time::OffsetDateTime = sqlx::Row::try_get(&row, 0).unwrap();
+        assert_eq!(ours, Some(sqlx_reads), "{text}");
+        assert_eq!(Postgres::time(&row, 1).unwrap(), None);
+    }
+    let row = sqlx::query("SELECT CAST('infinity' AS timestamptz)")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    let err = Postgres::time(&row, 0).unwrap_err().to_string();
+    assert!(err.contains("out of range"), "{err}");
+}
+
 /// The one-statement claim on database time (no maintenance pass, so `now` is not bound): the
 /// lease it returns is the stored one, and the attempt row starts at the claim's time.
 #[tokio::test]

@@ -6,7 +6,7 @@ use time::OffsetDateTime;
 use uuid::Uuid;
 
 use super::canonical::canonical_size;
-use super::codec::{CodecError, TAG, decode_value, encode_plain_json, encode_value};
+use super::codec::{CodecError, TAG, decode_value_owned, encode_plain_json, encode_value};
 use super::cursor::encode_cursor;
 use super::digest::{OriginalIso, submission_digest};
 use super::error::{ExecutionError, ExecutionResult};
@@ -385,34 +385,45 @@ impl ExecutionRow {
     }
 
     /// Decodes the row into a snapshot; stored values that fail strict decoding give
-    /// "cannot decode execution {id}: …".
+    /// "cannot decode execution {id}: …". [`Self::into_execution`] does the same without copying
+    /// the row.
     pub fn to_execution(&self) -> ExecutionResult<Execution> {
+        self.clone().into_execution()
+    }
+
+    /// [`Self::to_execution`] of a row the caller no longer needs: its payload, metadata, result
+    /// and texts move into the snapshot (a claim's rows take this way).
+    pub fn into_execution(self) -> ExecutionResult<Execution> {
+        let id = self.id;
         let fail = |what: String| {
-            ExecutionError::Encoding(format!("cannot decode execution {}: {what}", self.id))
+            ExecutionError::Encoding(format!("cannot decode execution {id}: {what}"))
         };
-        let payload = decode_value(&self.payload).map_err(|e| fail(format!("payload: {e}")))?;
+        let payload =
+            decode_value_owned(self.payload).map_err(|e| fail(format!("payload: {e}")))?;
         let metadata =
-            match decode_value(&self.metadata).map_err(|e| fail(format!("metadata: {e}")))? {
+            match decode_value_owned(self.metadata).map_err(|e| fail(format!("metadata: {e}")))? {
                 Value::Object(map) => map,
                 Value::Null => Map::new(),
                 other => return Err(fail(format!("metadata must be an object, got {other}"))),
             };
-        let result = match &self.result {
-            Some(value) => Some(decode_value(value).map_err(|e| fail(format!("result: {e}")))?),
+        let result = match self.result {
+            Some(value) => {
+                Some(decode_value_owned(value).map_err(|e| fail(format!("result: {e}")))?)
+            }
             None => None,
         };
-        let error = match &self.error {
+        let error = match self.error {
             Some(Value::Null) | None => None,
             Some(value) => Some(
-                serde_json::from_value::<ExecutionErrorDetail>(value.clone())
+                serde_json::from_value::<ExecutionErrorDetail>(value)
                     .map_err(|e| fail(format!("error: {e}")))?,
             ),
         };
         let utc = crate::clock::utc;
         Ok(Execution {
-            id: self.id,
-            namespace: self.namespace.clone(),
-            task_name: self.task_name.clone(),
+            id,
+            namespace: self.namespace,
+            task_name: self.task_name,
             status: self.status,
             payload,
             metadata,

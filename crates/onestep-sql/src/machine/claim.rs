@@ -170,7 +170,7 @@ impl<D: Dialect> SqlExecutionBackend<D> {
                 // exactly where the claim in steps puts it.
                 let lease_expires_at = later(now.unwrap_or(row.updated_at), lease_duration);
                 row.lease_expires_at = Some(lease_expires_at);
-                let Ok(execution) = row.to_execution() else {
+                let Ok(execution) = row.into_execution() else {
                     return Ok(None);
                 };
                 leases.push(ExecutionLease {
@@ -267,7 +267,7 @@ impl<D: Dialect> SqlExecutionBackend<D> {
                 row.started_at = row.started_at.or(Some(now));
                 row.updated_at = now;
                 row.version += 1;
-                leases.push((row.attempts, ExecutionLease { execution: row.to_execution()?, attempt_id, lease_token, lease_expires_at }));
+                leases.push((row.attempts, ExecutionLease { execution: row.into_execution()?, attempt_id, lease_token, lease_expires_at }));
             }
             let (start, start_params, insert, insert_params) = match self.json_batches() {
                 Some(json) => self.start_statements_json(json, &leases, lease_expires_at, &worker_id, now),

@@ -350,17 +350,28 @@ impl<D: Dialect> SqlExecutionBackend<D> {
             // An invalid completion fails whatever the row holds; what the decision itself
             // refuses may depend on the row (a result too large to store is no error when a
             // cancel request wins over the success), so the locked path decides those.
-            let completion = match completion.clone().validate() {
-                Ok(completion) => completion,
-                Err(err) => {
-                    results[index] = Some(Err(err));
-                    continue;
+            // A success or a cancel has nothing to validate (a drain's completions): it is
+            // decided as it stands, not copied.
+            let validated;
+            let completion = match completion {
+                ExecutionCompletion::Succeeded { .. } | ExecutionCompletion::Cancelled => {
+                    completion
                 }
+                _ => match completion.clone().validate() {
+                    Ok(completion) => {
+                        validated = completion;
+                        &validated
+                    }
+                    Err(err) => {
+                        results[index] = Some(Err(err));
+                        continue;
+                    }
+                },
             };
             let decided = decide_completion(
                 &presumed,
                 *token,
-                &completion,
+                completion,
                 OffsetDateTime::UNIX_EPOCH,
                 limits,
             );

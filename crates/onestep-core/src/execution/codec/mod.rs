@@ -79,7 +79,7 @@ mod scalar;
 mod sequence;
 mod view;
 
-pub use decode::decode_value;
+pub use decode::{decode_value, decode_value_owned};
 pub use encode::{encode_plain_json, encode_value};
 pub use number::MAX_INT_DIGITS;
 pub use scalar::{

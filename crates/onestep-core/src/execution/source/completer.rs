@@ -1,5 +1,5 @@
-//! The source's batch writer: completions of its deliveries, written up to 256 at once by two
-//! writers.
+//! The source's batch writer: completions of its deliveries, written up to 256 at once by one
+//! writer ([`COMPLETION_WRITERS`]).
 
 use super::*;
 

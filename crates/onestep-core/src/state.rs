@@ -108,7 +108,8 @@ impl CursorStore for InMemoryCursorStore {
 #[derive(Clone)]
 pub struct ScopedState {
     store: Arc<dyn StateStore>,
-    scope: String,
+    /// Shared: every attempt of a task gets a view of the same scope, cloned.
+    scope: Arc<str>,
 }
 
 impl ScopedState {
@@ -116,7 +117,7 @@ impl ScopedState {
     pub fn new(store: Arc<dyn StateStore>, scope: impl Into<String>) -> Self {
         Self {
             store,
-            scope: scope.into(),
+            scope: Arc::from(scope.into()),
         }
     }
 
@@ -129,7 +130,7 @@ impl ScopedState {
     pub fn child(&self, name: &str) -> Self {
         Self {
             store: self.store.clone(),
-            scope: format!("{}:{name}", self.scope),
+            scope: Arc::from(format!("{}:{name}", self.scope)),
         }
     }
 

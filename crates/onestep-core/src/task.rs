@@ -22,8 +22,11 @@ use crate::state::ScopedState;
 /// A boxed, sendable future.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
+/// A handler behind its input and output types. It reads the payload where it lies (the
+/// envelope's), so a typed handler's input is deserialized from it without a copy of the payload
+/// first.
 pub(crate) type ErasedHandler =
-    Arc<dyn Fn(TaskContext, Value) -> BoxFuture<'static, Result<Value, TaskError>> + Send + Sync>;
+    Arc<dyn Fn(TaskContext, &Value) -> BoxFuture<'static, Result<Value, TaskError>> + Send + Sync>;
 pub(crate) type BeforeHook =
     Arc<dyn Fn(TaskContext, Value) -> BoxFuture<'static, Result<(), TaskError>> + Send + Sync>;
 pub(crate) type AfterSuccessHook = Arc<
@@ -491,17 +494,18 @@ impl Task {
         Fut: Future<Output = std::result::Result<O, E>> + Send + 'static,
     {
         let handler = Arc::new(handler);
-        self.handler = Some(Arc::new(move |ctx: TaskContext, body: Value| {
-            let handler = handler.clone();
-            Box::pin(async move {
-                let input: I = crate::execution::codec::from_value(&body).map_err(|e| {
+        self.handler = Some(Arc::new(move |ctx: TaskContext, body: &Value| {
+            let input: Result<I, TaskError> =
+                crate::execution::codec::from_value(body).map_err(|e| {
                     TaskError::new(
                         "InvalidInput",
                         format!("task input does not match the handler's input type: {e}"),
                     )
-                })?;
-                let output = handler(ctx, input).await.map_err(Into::into)?;
-                serde_json::to_value(output).map_err(|e| {
+                });
+            let handler = handler.clone();
+            Box::pin(async move {
+                let output = handler(ctx, input?).await.map_err(Into::into)?;
+                output_value(output).map_err(|e| {
                     TaskError::new(
                         "InvalidOutput",
                         format!("task result cannot be serialized to JSON: {e}"),
@@ -549,7 +553,10 @@ impl Task {
 
     /// A passthrough handler that returns the payload; what a task with only `emit` does.
     pub(crate) fn passthrough() -> ErasedHandler {
-        Arc::new(|_ctx, body| Box::pin(async move { Ok(body) }))
+        Arc::new(|_ctx, body: &Value| {
+            let body = body.clone();
+            Box::pin(async move { Ok(body) })
+        })
     }
 
     pub(crate) fn validate(&self, index: usize) -> Result<()> {
@@ -595,6 +602,20 @@ impl Task {
     }
 }
 
+/// A handler's output as JSON. A `Value` is the result as it stands: serializing it into a
+/// `Value` again gives the same value (numbers keep their text, objects their order) through a
+/// copy of every key and item.
+fn output_value<O: Serialize + 'static>(output: O) -> serde_json::Result<Value> {
+    let mut slot = Some(output);
+    if let Some(value) = (&mut slot as &mut dyn std::any::Any).downcast_mut::<Option<Value>>() {
+        return Ok(value.take().unwrap_or(Value::Null));
+    }
+    match slot {
+        Some(output) => serde_json::to_value(output),
+        None => Ok(Value::Null),
+    }
+}
+
 impl std::fmt::Debug for Task {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Task")
@@ -607,5 +628,33 @@ impl std::fmt::Debug for Task {
             .field("retry", &self.retry)
             .field("timeout", &self.timeout)
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_value_output_is_what_serializing_it_would_give() {
+        let value: Value = serde_json::from_str(
+            r#"{"z": 1, "a": [1.0, 100000000000000000000, -0.0, "t"], "m": {"b": null, "a": true}}"#,
+        )
+        .expect("parses");
+        let moved = output_value(value.clone()).expect("a value");
+        assert_eq!(moved, serde_json::to_value(&value).expect("serializes"));
+        // Same order and the same number texts, not only equal maps.
+        assert_eq!(moved.to_string(), value.to_string());
+
+        #[derive(Serialize)]
+        struct Report {
+            rows: u32,
+        }
+        assert_eq!(
+            output_value(Report { rows: 3 }).expect("a struct"),
+            json!({"rows": 3})
+        );
+        assert_eq!(output_value(()).expect("unit"), Value::Null);
     }
 }

@@ -282,8 +282,8 @@ async fn process(
         return fail_at(Stage::DeliveryAction, &TaskError::from(err));
     }
     rt.emit(TaskEventKind::Started, ctx.envelope(), None, None);
-    // Each hook and the handler get their own copy of the payload, cloned from the envelope
-    // where it is used (no base copy kept for the whole attempt).
+    // Each hook gets its own copy of the payload, cloned from the envelope where it is used (no
+    // base copy kept for the whole attempt); the handler reads it from the envelope.
     let payload = &ctx.envelope().body;
 
     if let Some(before) = &task.hooks.before {
@@ -294,7 +294,7 @@ async fn process(
     }
 
     stage.set(Stage::Handler);
-    let call = (rt.handler)(ctx.clone(), payload.clone());
+    let call = (rt.handler)(ctx.clone(), payload);
     let result = match task.timeout {
         Some(limit) => match tokio::time::timeout(limit, call).await {
             Ok(result) => result,

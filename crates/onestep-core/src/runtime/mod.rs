@@ -26,7 +26,8 @@ pub(crate) struct TaskRuntime {
     pub(crate) handler: ErasedHandler,
     pub(crate) config: Arc<Value>,
     pub(crate) task_config: Arc<Value>,
-    pub(crate) state: Arc<dyn StateStore>,
+    /// The task's view of the app's state store (`<app>:<task>`), cloned into each context.
+    pub(crate) state: ScopedState,
     pub(crate) sinks: Arc<[Arc<dyn Sink>]>,
     pub(crate) events: EventRoute,
     pub(crate) capture: Option<Arc<crate::capture::FailureCaptureConfig>>,
@@ -45,13 +46,14 @@ impl TaskRuntime {
     ) -> Self {
         let handler = task.handler.clone().unwrap_or_else(Task::passthrough);
         let sinks: Vec<Arc<dyn Sink>> = task.emit.iter().flat_map(|e| e.sinks()).collect();
+        let state = ScopedState::new(state, format!("{app_name}:{}", task.name));
         Self {
+            state,
             task_name: Arc::from(task.name.as_str()),
             task_config: Arc::new(task.config.clone()),
             app_name,
             handler,
             config,
-            state,
             sinks: sinks.into(),
             events,
             capture,
@@ -77,10 +79,7 @@ impl TaskRuntime {
             task_config: self.task_config.clone(),
             envelope,
             cancellation,
-            state: ScopedState::new(
-                self.state.clone(),
-                format!("{}:{}", self.app_name, self.task_name),
-            ),
+            state: self.state.clone(),
             sinks: self.sinks.clone(),
             execution,
             metrics: self.metrics.clone(),

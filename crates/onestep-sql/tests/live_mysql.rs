@@ -426,3 +426,41 @@ async fn a_connection_killed_while_idle_is_replaced_unseen() {
     )
     .await;
 }
+
+/// `MySql::id` reads an id as bytes whatever the column's type: 32 hex digits, the hyphenated
+/// form of MariaDB's `UUID` type, 16 raw bytes, NULL; text that is no id is a decode error that
+/// names it.
+#[tokio::test]
+async fn stored_ids_read_from_every_column_type() {
+    use onestep_sql::Dialect as _;
+    let b = MySqlExecutionBackend::new(&support::mysql_url(), live::fresh_options()).unwrap();
+    let pool = b.connector().pool().unwrap();
+    let id = uuid::Uuid::parse_str("0193a0b1-7c2d-7e3f-8a4b-5c6d7e8f9a0b").unwrap();
+    let row = sqlx::query(
+        "SELECT CAST(? AS CHAR(32)), CAST(? AS CHAR(36)), UNHEX(?), CAST(NULL AS CHAR(32)), \
+         CAST('not-an-id' AS CHAR(32))",
+    )
+    .bind(id.simple().to_string())
+    .bind(id.hyphenated().to_string())
+    .bind(id.simple().to_string())
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    for column in 0..3 {
+        assert_eq!(
+            MySql::id(&row, column).unwrap(),
+            Some(id),
+            "column {column}"
+        );
+    }
+    assert_eq!(MySql::id(&row, 3).unwrap(), None);
+    let err = MySql::id(&row, 4).unwrap_err().to_string();
+    assert!(err.contains("not-an-id"), "{err}");
+    // MariaDB's own UUID type (10.7 and later; the test servers are MariaDB).
+    let row = sqlx::query("SELECT CAST(? AS UUID)")
+        .bind(id.hyphenated().to_string())
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(MySql::id(&row, 0).unwrap(), Some(id));
+}

@@ -22,11 +22,11 @@ use crate::state::ScopedState;
 /// A boxed, sendable future.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
-/// A handler behind its input and output types. It reads the payload where it lies (the
-/// envelope's), so a typed handler's input is deserialized from it without a copy of the payload
-/// first.
+/// A handler behind its input and output types. It reads the payload where it lies, in its
+/// context's envelope, so a typed handler's input is deserialized without a copy of the payload
+/// first (inside the future, so a task's timeout counts the deserializing).
 pub(crate) type ErasedHandler =
-    Arc<dyn Fn(TaskContext, &Value) -> BoxFuture<'static, Result<Value, TaskError>> + Send + Sync>;
+    Arc<dyn Fn(TaskContext) -> BoxFuture<'static, Result<Value, TaskError>> + Send + Sync>;
 pub(crate) type BeforeHook =
     Arc<dyn Fn(TaskContext, Value) -> BoxFuture<'static, Result<(), TaskError>> + Send + Sync>;
 pub(crate) type AfterSuccessHook = Arc<
@@ -494,17 +494,17 @@ impl Task {
         Fut: Future<Output = std::result::Result<O, E>> + Send + 'static,
     {
         let handler = Arc::new(handler);
-        self.handler = Some(Arc::new(move |ctx: TaskContext, body: &Value| {
-            let input: Result<I, TaskError> =
-                crate::execution::codec::from_value(body).map_err(|e| {
-                    TaskError::new(
-                        "InvalidInput",
-                        format!("task input does not match the handler's input type: {e}"),
-                    )
-                });
+        self.handler = Some(Arc::new(move |ctx: TaskContext| {
             let handler = handler.clone();
             Box::pin(async move {
-                let output = handler(ctx, input?).await.map_err(Into::into)?;
+                let input: I =
+                    crate::execution::codec::from_value(&ctx.envelope().body).map_err(|e| {
+                        TaskError::new(
+                            "InvalidInput",
+                            format!("task input does not match the handler's input type: {e}"),
+                        )
+                    })?;
+                let output = handler(ctx, input).await.map_err(Into::into)?;
                 output_value(output).map_err(|e| {
                     TaskError::new(
                         "InvalidOutput",
@@ -553,8 +553,8 @@ impl Task {
 
     /// A passthrough handler that returns the payload; what a task with only `emit` does.
     pub(crate) fn passthrough() -> ErasedHandler {
-        Arc::new(|_ctx, body: &Value| {
-            let body = body.clone();
+        Arc::new(|ctx: TaskContext| {
+            let body = ctx.envelope().body.clone();
             Box::pin(async move { Ok(body) })
         })
     }

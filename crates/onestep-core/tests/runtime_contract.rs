@@ -129,6 +129,45 @@ async fn task_timeout_retries_once_then_fails_with_kind_timeout() {
     assert!(queue.is_empty());
 }
 
+/// A task's timeout counts the time its typed input takes to deserialize, as it counts the
+/// handler's: the deserializing runs inside the timed future. Real time: the input blocks its
+/// thread for 60 ms, past the 40 ms limit, and the handler then waits 20 ms more.
+#[tokio::test]
+async fn the_timeout_counts_deserializing_the_input() {
+    struct SlowInput;
+    impl<'de> serde::Deserialize<'de> for SlowInput {
+        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            std::thread::sleep(Duration::from_millis(60));
+            Value::deserialize(d).map(|_| SlowInput)
+        }
+    }
+    let events = Events::default();
+    let queue = Arc::new(MemoryQueue::new("q", 10).unwrap());
+    queue.publish(json!("x"), Default::default()).await.unwrap();
+    let app = OneStepApp::builder("app")
+        .on_event(events.recorder())
+        .task(
+            Task::new("t")
+                .source(queue.clone())
+                .timeout(Duration::from_millis(40))
+                .retry(MaxAttempts::new(1).unwrap())
+                .handler(|_ctx: TaskContext, _input: SlowInput| async move {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    Ok::<_, TaskError>(())
+                }),
+        )
+        .build()
+        .unwrap();
+    shutdown_after(&app, Duration::from_millis(500));
+    app.serve().await.unwrap();
+    let failed: Vec<_> = events.all().into_iter().filter_map(|e| e.failure).collect();
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    assert_eq!(
+        (failed[0].kind.as_str(), failed[0].stage.as_str()),
+        ("timeout", "handler")
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn final_failure_publishes_the_dead_letter_payload_then_fails() {
     let log = Log::default();

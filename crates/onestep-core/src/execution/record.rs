@@ -374,8 +374,17 @@ impl ExecutionCompletion {
         }
     }
 
+    /// Whether [`Self::validate`] has nothing to check in this completion (a success or a
+    /// cancel): it then returns it as it is, so a caller may use it without validating a copy.
+    pub fn needs_no_validation(&self) -> bool {
+        matches!(self, Self::Succeeded { .. } | Self::Cancelled)
+    }
+
     /// Checks the delay (finite, >= 0) and the error's text fields.
     pub fn validate(self) -> ExecutionResult<Self> {
+        if self.needs_no_validation() {
+            return Ok(self);
+        }
         Ok(match self {
             Self::Retrying { error, delay_s } => {
                 check_delay(delay_s)?;

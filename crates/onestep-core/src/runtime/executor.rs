@@ -283,7 +283,7 @@ async fn process(
     }
     rt.emit(TaskEventKind::Started, ctx.envelope(), None, None);
     // Each hook gets its own copy of the payload, cloned from the envelope where it is used (no
-    // base copy kept for the whole attempt); the handler reads it from the envelope.
+    // base copy kept for the whole attempt); the handler reads it from its context's envelope.
     let payload = &ctx.envelope().body;
 
     if let Some(before) = &task.hooks.before {
@@ -294,7 +294,7 @@ async fn process(
     }
 
     stage.set(Stage::Handler);
-    let call = (rt.handler)(ctx.clone(), payload);
+    let call = (rt.handler)(ctx.clone());
     let result = match task.timeout {
         Some(limit) => match tokio::time::timeout(limit, call).await {
             Ok(result) => result,

@@ -225,17 +225,31 @@ impl<D: Dialect> SqlExecutionBackend<D> {
             let rows = crate::decode::executions::<D>(&mut tx, &self.claim_sql(task_names.len()), params)
                 .await
                 .map_err(db::<D>(op))?;
-            // A row whose stored values do not decode would fail every claim of its task forever:
-            // fail it (it never started) and claim the rest.
-            let mut rows = rows;
+            // Each row is started in memory and decoded once, as the execution it becomes
+            // (decoding reads none of what starting changes). A row whose stored values do not
+            // decode would fail every claim of its task forever: fail it (it never started) and
+            // claim the rest.
+            let lease_expires_at = later(now, lease_duration);
+            let mut leases = Vec::with_capacity(rows.len());
             let mut poisoned = Vec::new();
-            rows.retain(|r| match r.to_execution() {
-                Ok(_) => true,
-                Err(err) => {
-                    poisoned.push((r.id, err.to_string()));
-                    false
+            for mut row in rows {
+                let id = row.id;
+                let attempt_id = new_row_id();
+                let lease_token = Uuid::new_v4();
+                row.status = ExecutionStatus::Running;
+                row.attempts = row.attempts.saturating_add(1);
+                row.lease_token = Some(lease_token);
+                row.lease_expires_at = Some(lease_expires_at);
+                row.worker_id = Some(worker_id.clone());
+                row.started_at = row.started_at.or(Some(now));
+                row.updated_at = now;
+                row.version = row.version.saturating_add(1);
+                let attempt_no = row.attempts;
+                match row.into_execution() {
+                    Ok(execution) => leases.push((attempt_no, ExecutionLease { execution, attempt_id, lease_token, lease_expires_at })),
+                    Err(err) => poisoned.push((id, err.to_string())),
                 }
-            });
+            }
             for (id, why) in poisoned {
                 tracing::error!(execution_id = %id, error = %why, "failing an execution whose stored values cannot be decoded");
                 let mut detail = onestep_core::execution::ExecutionErrorDetail::new("error", "ExecutionEncodingError")?;
@@ -249,26 +263,11 @@ impl<D: Dialect> SqlExecutionBackend<D> {
                     .await
                     .map_err(db::<D>(op))?;
             }
-            let lease_expires_at = later(now, lease_duration);
-            if rows.is_empty() {
+            if leases.is_empty() {
                 return Ok(Vec::new());
             }
             // The rows are locked (FOR UPDATE SKIP LOCKED, or SQLite's write transaction), so
             // the whole batch starts in two statements: one UPDATE and one INSERT.
-            let mut leases = Vec::with_capacity(rows.len());
-            for mut row in rows {
-                let attempt_id = new_row_id();
-                let lease_token = Uuid::new_v4();
-                row.status = ExecutionStatus::Running;
-                row.attempts += 1;
-                row.lease_token = Some(lease_token);
-                row.lease_expires_at = Some(lease_expires_at);
-                row.worker_id = Some(worker_id.clone());
-                row.started_at = row.started_at.or(Some(now));
-                row.updated_at = now;
-                row.version += 1;
-                leases.push((row.attempts, ExecutionLease { execution: row.into_execution()?, attempt_id, lease_token, lease_expires_at }));
-            }
             let (start, start_params, insert, insert_params) = match self.json_batches() {
                 Some(json) => self.start_statements_json(json, &leases, lease_expires_at, &worker_id, now),
                 None => self.start_statements(&leases, lease_expires_at, &worker_id, now),

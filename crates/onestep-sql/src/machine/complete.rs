@@ -353,11 +353,10 @@ impl<D: Dialect> SqlExecutionBackend<D> {
             // A success or a cancel has nothing to validate (a drain's completions): it is
             // decided as it stands, not copied.
             let validated;
-            let completion = match completion {
-                ExecutionCompletion::Succeeded { .. } | ExecutionCompletion::Cancelled => {
-                    completion
-                }
-                _ => match completion.clone().validate() {
+            let completion = if completion.needs_no_validation() {
+                completion
+            } else {
+                match completion.clone().validate() {
                     Ok(completion) => {
                         validated = completion;
                         &validated
@@ -366,7 +365,7 @@ impl<D: Dialect> SqlExecutionBackend<D> {
                         results[index] = Some(Err(err));
                         continue;
                     }
-                },
+                }
             };
             let decided = decide_completion(
                 &presumed,

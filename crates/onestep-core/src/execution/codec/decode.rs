@@ -49,9 +49,9 @@ pub fn decode_value_owned(mut value: Value) -> Result<Value, CodecError> {
     Ok(value)
 }
 
-/// [`decode_at`] in place. Plain objects, arrays and scalars are walked in place; a tagged
-/// object (rare) is decoded by [`decode_tag`] and replaced, so every check and error is the one
-/// [`decode_at`] makes.
+/// Validates `value` as Python's `decode_value` does and turns it into its Rust view where it
+/// stands: plain objects, arrays and scalars are walked in place (numbers respelled); a tagged
+/// object (rare) is decoded by [`decode_tag`] and replaced.
 fn decode_in_place(value: &mut Value, path: &Path<'_>) -> Result<(), CodecError> {
     if let Value::Object(map) = &*value
         && map.contains_key(TAG)
@@ -91,32 +91,11 @@ fn decode_in_place(value: &mut Value, path: &Path<'_>) -> Result<(), CodecError>
     }
 }
 
+/// [`decode_in_place`] of a copy of `value`: one walk serves borrowed and owned values alike.
 pub(super) fn decode_at(value: &Value, path: &Path<'_>) -> Result<Value, CodecError> {
-    match value {
-        Value::Null | Value::Bool(_) | Value::String(_) => Ok(value.clone()),
-        Value::Number(n) => {
-            if let PyNumber::Float(float) = classify(n)
-                && !float.is_finite()
-            {
-                return Err(decode_error(format!("non-finite float at {}", path)));
-            }
-            Ok(Value::Number(number::rust_view(n).into_owned()))
-        }
-        Value::Array(items) => decode_items(items, path).map(Value::Array),
-        Value::Object(map) => {
-            if !map.contains_key(TAG) {
-                let mut out = Map::with_capacity(map.len());
-                for (key, item) in map {
-                    out.insert(key.clone(), decode_at(item, &path.key(key))?);
-                }
-                return Ok(Value::Object(out));
-            }
-            match map.get(TAG) {
-                Some(Value::Object(payload)) if map.len() == 1 => decode_tag(value, payload, path),
-                _ => Err(decode_error(format!("invalid extension tag at {}", path))),
-            }
-        }
-    }
+    let mut value = value.clone();
+    decode_in_place(&mut value, path)?;
+    Ok(value)
 }
 
 fn decode_items(items: &[Value], path: &Path<'_>) -> Result<Vec<Value>, CodecError> {

@@ -25,7 +25,7 @@ pub(crate) fn attempt_status(text: String) -> Result<AttemptStatus, sqlx::Error>
 
 /// A stored id: 32 hex digits, or the hyphenated form (MariaDB's UUID type).
 #[cfg_attr(not(any(feature = "mysql", feature = "sqlite")), allow(dead_code))]
-pub(crate) fn id(text: String) -> Result<Uuid, sqlx::Error> {
+pub(crate) fn id(text: &str) -> Result<Uuid, sqlx::Error> {
     Uuid::parse_str(text.trim())
         .map_err(|_| sqlx::Error::Decode(format!("invalid stored id {text:?}").into()))
 }

@@ -90,11 +90,7 @@ fn id(row: &MySqlRow, i: usize) -> Result<Option<uuid::Uuid>, sqlx::Error> {
         16 => uuid::Uuid::from_slice(bytes)
             .map(Some)
             .map_err(|e| sqlx::Error::Decode(e.into())),
-        _ => match uuid::Uuid::try_parse_ascii(bytes.trim_ascii()) {
-            Ok(id) => Ok(Some(id)),
-            // The error names the stored text.
-            Err(_) => decode::id(String::from_utf8_lossy(bytes).into_owned()).map(Some),
-        },
+        _ => decode::id(&String::from_utf8_lossy(bytes)).map(Some),
     }
 }
 

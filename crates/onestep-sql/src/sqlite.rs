@@ -248,7 +248,7 @@ impl Dialect for Sqlite {
     }
 
     fn id(row: &SqliteRow, i: usize) -> Result<Option<uuid::Uuid>, sqlx::Error> {
-        row.try_get::<Option<String>, _>(i)?
+        row.try_get::<Option<&str>, _>(i)?
             .map(decode::id)
             .transpose()
     }

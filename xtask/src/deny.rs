@@ -42,6 +42,17 @@ pub fn check(checks: &[String]) -> Result<()> {
     crate::cargo(&args, &[])
 }
 
+/// The release profile cargo-deny is built with: less optimization, no link-time optimization,
+/// many codegen units. In a fresh cargo home (every CI run) the build is most of the deny step:
+/// 156 s against 239 s with cargo-deny's own profile, measured one after the other on 2026-12-05,
+/// while `cargo deny check licenses bans sources` took 4.3 s with either binary.
+const QUICK_BUILD: &[(&str, &str)] = &[
+    ("CARGO_PROFILE_RELEASE_OPT_LEVEL", "1"),
+    ("CARGO_PROFILE_RELEASE_LTO", "off"),
+    ("CARGO_PROFILE_RELEASE_CODEGEN_UNITS", "256"),
+    ("CARGO_PROFILE_RELEASE_DEBUG", "0"),
+];
+
 /// `cargo xtask install-tools`: installs cargo-deny unless it is there.
 pub fn install_tools() -> Result<()> {
     if installed() {
@@ -52,7 +63,7 @@ pub fn install_tools() -> Result<()> {
     );
     crate::cargo(
         &["install", "cargo-deny", "--locked", "--version", VERSION],
-        &[],
+        QUICK_BUILD,
     )?;
     if !installed() {
         bail!(

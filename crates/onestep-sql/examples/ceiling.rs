@@ -21,8 +21,15 @@
 //! a look), the tables are dropped, and one JSON line like burndown's is printed, with the
 //! drain's write transactions and WAL bytes per execution (`support/pg_counters.rs`).
 //!
+//! `--attempts at-end` and `--attempts none` measure drains that keep less history than the
+//! reference: the claim leaves the attempts table alone, and the completion inserts each attempt
+//! once, already `succeeded` ([`COMPLETE_ATTEMPT_AT_END`]), or writes no attempt at all
+//! ([`COMPLETE_EXECUTIONS_ONLY`]). They bound what an opt-in mode with fewer writes could reach
+//! (issue 21's graphile-worker arithmetic, `docs/benchmarks.md`); neither is what the reference
+//! or our worker writes.
+//!
 //! `cargo run --release -p onestep-sql --example ceiling -- --dsn postgres://… [--n 20000]
-//! [--connections 2] [--batch 100] [--combined]`
+//! [--connections 2] [--batch 100] [--combined] [--attempts at-claim|at-end|none]`
 
 #[path = "support/allocator.rs"]
 mod allocator;
@@ -31,7 +38,7 @@ mod pg_counters;
 #[path = "support/ceiling.rs"]
 mod support;
 
-use support::{Args, Drained, Error, NAMESPACE, TASK};
+use support::{Args, AttemptWrites, Drained, Error, NAMESPACE, TASK};
 
 use std::collections::HashMap;
 use std::str::FromStr;
@@ -67,6 +74,44 @@ FROM v WHERE y.id = v.attempt_id AND y.lease_token = v.token AND y.status = 'run
 RETURNING y.id) \
 SELECT (SELECT count(*) FROM done), (SELECT count(*) FROM finished)";
 
+/// [`COMPLETE`] for `--attempts at-end`: the executions as there, and each attempt inserted
+/// once, already `succeeded` (`$5`: the worker id), since the claim inserted none.
+const COMPLETE_ATTEMPT_AT_END: &str = "WITH v AS (SELECT * FROM unnest($1::uuid[], $2::uuid[], \
+$3::uuid[], $4::jsonb[]) AS v(id, token, attempt_id, result)), \
+done AS (UPDATE {e} x SET status = 'succeeded', result = v.result, error = NULL, \
+finished_at = CURRENT_TIMESTAMP, updated_at = CURRENT_TIMESTAMP, version = x.version + 1, \
+lease_token = NULL, lease_expires_at = NULL, worker_id = NULL FROM v \
+WHERE x.id = v.id AND x.lease_token = v.token AND x.status = 'running' \
+RETURNING x.id, x.attempts, x.started_at, v.token, v.attempt_id), \
+finished AS (INSERT INTO {a} (id, execution_id, attempt_no, lease_token, worker_id, status, \
+error, started_at, heartbeat_at, finished_at) SELECT attempt_id, id, attempts, token, $5::text, \
+'succeeded', NULL, started_at, started_at, CURRENT_TIMESTAMP FROM done RETURNING id) \
+SELECT (SELECT count(*) FROM done), (SELECT count(*) FROM finished)";
+
+/// [`COMPLETE`] for `--attempts none`: the executions alone (the second count is always 0).
+const COMPLETE_EXECUTIONS_ONLY: &str = "WITH v AS (SELECT * FROM unnest($1::uuid[], \
+$2::uuid[], $3::uuid[], $4::jsonb[]) AS v(id, token, attempt_id, result)), \
+done AS (UPDATE {e} x SET status = 'succeeded', result = v.result, error = NULL, \
+finished_at = CURRENT_TIMESTAMP, updated_at = CURRENT_TIMESTAMP, version = x.version + 1, \
+lease_token = NULL, lease_expires_at = NULL, worker_id = NULL FROM v \
+WHERE x.id = v.id AND x.lease_token = v.token AND x.status = 'running' RETURNING x.id) \
+SELECT (SELECT count(*) FROM done), 0::bigint";
+
+/// `claim` without its attempts insert (the `started` CTE of `CLAIM_IN_ONE_STATEMENT`), for
+/// `--attempts at-end` and `none`.
+fn claim_without_attempts(claim: &str) -> Result<String, Error> {
+    const CTE: &str = ", started AS (";
+    const CTE_END: &str = " FROM claimed)";
+    let start = claim
+        .find(CTE)
+        .ok_or("the claim statement has no `started` CTE to leave out")?;
+    let end = claim[start..]
+        .find(CTE_END)
+        .map(|i| start + i + CTE_END.len())
+        .ok_or("the claim statement's `started` CTE has no end")?;
+    Ok(format!("{}{}", &claim[..start], &claim[end..]))
+}
+
 /// The lease each claim takes, in microseconds (burndown's worker leases for 60 s).
 const LEASE_MICROS: i64 = 60_000_000;
 
@@ -78,26 +123,41 @@ struct Claimed {
     attempt_ids: Vec<Uuid>,
 }
 
-/// Runs [`COMPLETE`] for `batch` in `conn`'s transaction; an error unless every execution and
-/// attempt of it changed.
+/// How a drain completes its batches: the statement ([`COMPLETE`] or one of its
+/// `--attempts` variants), and what it needs and changes besides the executions.
+#[derive(Clone)]
+struct Completion {
+    sql: String,
+    attempts: AttemptWrites,
+    worker_id: String,
+}
+
+/// Runs the completion for `batch` in `conn`'s transaction; an error unless every execution of
+/// it changed, and every attempt where the statement writes attempts.
 async fn complete_batch(
     conn: &mut PgConnection,
-    complete: &str,
+    complete: &Completion,
     batch: &Claimed,
     ok: &Value,
 ) -> Result<(), Error> {
     let results = vec![Json(ok); batch.ids.len()];
-    let counts = sqlx::query(complete)
-        .persistent(is_stable(complete))
+    let mut query = sqlx::query(&complete.sql)
+        .persistent(is_stable(&complete.sql))
         .bind(&batch.ids)
         .bind(&batch.tokens)
         .bind(&batch.attempt_ids)
-        .bind(&results)
-        .fetch_one(&mut *conn)
-        .await?;
+        .bind(&results);
+    if complete.attempts == AttemptWrites::AtEnd {
+        query = query.bind(complete.worker_id.as_str());
+    }
+    let counts = query.fetch_one(&mut *conn).await?;
     let (done, finished): (i64, i64) = (counts.try_get(0)?, counts.try_get(1)?);
+    let attempts_expected = match complete.attempts {
+        AttemptWrites::None => 0,
+        AttemptWrites::AtClaim | AttemptWrites::AtEnd => batch.ids.len(),
+    };
     if usize::try_from(done).ok() != Some(batch.ids.len())
-        || usize::try_from(finished).ok() != Some(batch.ids.len())
+        || usize::try_from(finished).ok() != Some(attempts_expected)
     {
         return Err(format!(
             "completion of {} claimed rows changed {done} executions and {finished} attempts",
@@ -113,11 +173,11 @@ async fn complete_batch(
 async fn drain(
     mut conn: PgConnection,
     claim: String,
-    complete: String,
+    complete: Completion,
     batch: usize,
-    worker_id: String,
     combined: bool,
 ) -> Result<Drained, Error> {
+    let worker_id = complete.worker_id.clone();
     let mut drained = Drained::default();
     let limit = i64::try_from(batch)?;
     let ok = json!({"ok": true});
@@ -210,9 +270,14 @@ async fn run(a: Args) -> Result<Value, Error> {
     let claim = backend
         .claim_in_one_statement_sql(1)
         .ok_or("the PostgreSQL backend has no one-statement claim")?;
+    let (claim, complete) = match a.attempts {
+        AttemptWrites::AtClaim => (claim, COMPLETE),
+        AttemptWrites::AtEnd => (claim_without_attempts(&claim)?, COMPLETE_ATTEMPT_AT_END),
+        AttemptWrites::None => (claim_without_attempts(&claim)?, COMPLETE_EXECUTIONS_ONLY),
+    };
     let complete = format!(
         "{PLAN_PER_CALL}{}",
-        COMPLETE
+        complete
             .replace("{e}", &Postgres::quote(&options.table))
             .replace("{a}", &Postgres::quote(&options.attempts_table))
     );
@@ -232,14 +297,12 @@ async fn run(a: Args) -> Result<Value, Error> {
     let drain_started = Instant::now();
     let mut loops = tokio::task::JoinSet::new();
     for (i, conn) in connections.into_iter().enumerate() {
-        loops.spawn(drain(
-            conn,
-            claim.clone(),
-            complete.clone(),
-            a.batch,
-            format!("ceiling-{i}"),
-            a.combined,
-        ));
+        let completion = Completion {
+            sql: complete.clone(),
+            attempts: a.attempts,
+            worker_id: format!("ceiling-{i}"),
+        };
+        loops.spawn(drain(conn, claim.clone(), completion, a.batch, a.combined));
     }
     let mut total = Drained::default();
     while let Some(done) = loops.join_next().await {
@@ -255,7 +318,11 @@ async fn run(a: Args) -> Result<Value, Error> {
     let n = i64::try_from(a.n)?;
     let executions = count_succeeded(&mut conn, &options.table).await?;
     let attempts = count_succeeded(&mut conn, &options.attempts_table).await?;
-    if total.executions != a.n || executions != (n, n) || attempts != (n, n) {
+    let attempts_expected = match a.attempts {
+        AttemptWrites::None => (0, 0),
+        AttemptWrites::AtClaim | AttemptWrites::AtEnd => (n, n),
+    };
+    if total.executions != a.n || executions != (n, n) || attempts != attempts_expected {
         return Err(format!(
             "the drain completed {} of {n}; succeeded/all: executions {}/{}, attempts {}/{} \
              (tables {} and {} left for a look)",
@@ -280,7 +347,15 @@ async fn run(a: Args) -> Result<Value, Error> {
         "system": SYSTEM,
         "backend": Postgres::NAME,
         "server": "postgres",
-        "mode": if a.combined { "ceiling, each completion with the next claim" } else { "ceiling" },
+        "mode": match (a.combined, a.attempts) {
+            (false, AttemptWrites::AtClaim) => "ceiling".to_string(),
+            (true, AttemptWrites::AtClaim) => "ceiling, each completion with the next claim".to_string(),
+            (combined, attempts) => format!(
+                "ceiling, attempts {}{}",
+                attempts.name(),
+                if combined { ", each completion with the next claim" } else { "" }
+            ),
+        },
         "n": a.n,
         "connections": a.connections,
         "batch": a.batch,

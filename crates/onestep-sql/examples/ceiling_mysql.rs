@@ -318,8 +318,8 @@ async fn main() {
         &["mysql://", "mariadb://"],
         "--dsn must be a mysql:// or mariadb:// URL",
     ) {
-        Ok(a) if a.combined => {
-            eprintln!("ceiling_mysql: --combined is the PostgreSQL ceiling's only");
+        Ok(a) if a.combined || a.attempts != support::AttemptWrites::AtClaim => {
+            eprintln!("ceiling_mysql: --combined and --attempts are the PostgreSQL ceiling's only");
             std::process::exit(2);
         }
         Ok(a) => a,

@@ -20,9 +20,36 @@ pub struct Args {
     /// `--combined` (PostgreSQL): each batch is completed in the transaction that claims the
     /// next, one transaction per batch instead of two.
     pub combined: bool,
+    /// `--attempts` (PostgreSQL): when the attempts table is written.
+    pub attempts: AttemptWrites,
 }
 
-/// Reads `--dsn URL [--n 20000] [--connections 2] [--batch 100] [--combined]`; the DSN must
+/// When a drain writes its attempt rows (`--attempts`, PostgreSQL's ceiling only): the cheaper
+/// schedules bound what a drain that kept less history could reach (issue 21's graphile-worker
+/// arithmetic); only `at-claim` is what the reference, and our worker, write.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum AttemptWrites {
+    /// `at-claim` (the default): inserted `running` by the claim, updated by the completion.
+    AtClaim,
+    /// `at-end`: inserted once, already `succeeded`, by the completion.
+    AtEnd,
+    /// `none`: never written; the executions alone.
+    None,
+}
+
+impl AttemptWrites {
+    /// The flag's value for this schedule.
+    pub fn name(self) -> &'static str {
+        match self {
+            AttemptWrites::AtClaim => "at-claim",
+            AttemptWrites::AtEnd => "at-end",
+            AttemptWrites::None => "none",
+        }
+    }
+}
+
+/// Reads `--dsn URL [--n 20000] [--connections 2] [--batch 100] [--combined]
+/// [--attempts at-claim|at-end|none]`; the DSN must
 /// start with one of `schemes`, else `wrong_scheme` is the error.
 pub fn args(schemes: &[&str], wrong_scheme: &str) -> Result<Args, String> {
     let mut a = Args {
@@ -31,6 +58,7 @@ pub fn args(schemes: &[&str], wrong_scheme: &str) -> Result<Args, String> {
         connections: 2,
         batch: 100,
         combined: false,
+        attempts: AttemptWrites::AtClaim,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -49,9 +77,23 @@ pub fn args(schemes: &[&str], wrong_scheme: &str) -> Result<Args, String> {
             "--connections" => a.connections = number("--connections")?,
             "--batch" => a.batch = number("--batch")?,
             "--combined" => a.combined = true,
+            "--attempts" => {
+                let value = it.next().ok_or("--attempts needs a value")?;
+                a.attempts = [
+                    AttemptWrites::AtClaim,
+                    AttemptWrites::AtEnd,
+                    AttemptWrites::None,
+                ]
+                .into_iter()
+                .find(|w| w.name() == value)
+                .ok_or_else(|| {
+                    format!("--attempts: expected at-claim, at-end or none, got {value:?}")
+                })?;
+            }
             other => {
                 return Err(format!(
-                    "unknown flag {other} (expected --dsn, --n, --connections, --batch, --combined)"
+                    "unknown flag {other} (expected --dsn, --n, --connections, --batch, \
+                     --combined, --attempts)"
                 ));
             }
         }

@@ -144,9 +144,11 @@ SELECT (SELECT count(*) FROM done), (SELECT count(*) FROM ended)";
 ///
 /// The final `SELECT` returns the written rows' columns (`$answer`): all of them
 /// ([`COMPLETE_RUNNING`]) or only `id, status` ([`COMPLETE_RUNNING_STATUS`], for a worker, which
-/// needs no more and saves receiving and decoding each payload and result).
+/// needs no more and saves receiving and decoding each payload and result). `$kept` are the
+/// columns the executions update keeps for the rest of the statement: `$answer`'s, and `id` and
+/// `error`, which the attempts update reads.
 macro_rules! complete_running_sql {
-    ($answer:literal) => {
+    ($kept:literal, $answer:literal) => {
         concat!(
             "/* planned per call */ WITH \
 t AS (SELECT COALESCE(CAST(? AS TIMESTAMP WITH TIME ZONE), CURRENT_TIMESTAMP) AS now), \
@@ -158,7 +160,9 @@ available_at = COALESCE(t.now + v.v_retry_us * INTERVAL '1 microsecond', x.avail
 finished_at = CASE WHEN v.v_retry_us IS NULL THEN t.now END, updated_at = t.now, \
 version = x.version + 1, lease_token = NULL, lease_expires_at = NULL, worker_id = NULL \
 FROM v, t WHERE x.id = v.v_id AND x.lease_token = v.v_token AND x.status = 'running' \
-AND x.lease_expires_at > t.now RETURNING {cols}, v.v_attempt_id, v.v_token, v.v_attempt_status), \
+AND x.lease_expires_at > t.now RETURNING ",
+            $kept,
+            ", v.v_attempt_id, v.v_token, v.v_attempt_status), \
 ended AS (UPDATE {a} r SET status = d.v_attempt_status, error = d.error, finished_at = t.now \
 FROM done d, t WHERE r.id = d.v_attempt_id AND r.execution_id = d.id \
 AND r.lease_token = d.v_token AND r.status = 'running' RETURNING 1) \
@@ -172,10 +176,10 @@ FROM done"
 }
 
 /// [`complete_running_sql`] answering every column of each written row.
-const COMPLETE_RUNNING: &str = complete_running_sql!("{cols}");
+const COMPLETE_RUNNING: &str = complete_running_sql!("{cols}", "{cols}");
 
 /// [`complete_running_sql`] answering `id, status` of each written row.
-const COMPLETE_RUNNING_STATUS: &str = complete_running_sql!("id, status");
+const COMPLETE_RUNNING_STATUS: &str = complete_running_sql!("id, status, error", "id, status");
 
 /// Locks the executions of a batch of leases and reads, in the same round trip, the
 /// transaction's time and whether each lease's attempt still runs (see `BatchPaths::lock_leases`):

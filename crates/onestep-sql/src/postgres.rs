@@ -53,18 +53,26 @@ pub fn execution_source(
 /// `INSERT` (both re-planned for every batch size).
 ///
 /// The lease tokens and attempt ids are the caller's `uuid4`s, as in the claim in steps (no
-/// `gen_random_uuid()`, which needs PostgreSQL 13; the DDL is accepted by 9.5+), unnested from
-/// two comma-separated lists and paired with the locked rows by position; `row_number()` numbers
+/// `gen_random_uuid()`, which needs PostgreSQL 13; the DDL is accepted by 9.5+), sent as two
+/// comma-separated lists and paired with the locked rows by position; `row_number()` numbers
 /// the rows in a CTE of its own because `FOR UPDATE` cannot share a query with a window function.
+///
+/// Each locked row takes its token and attempt id by subscript from arrays parsed once: `fresh`
+/// is read only through uncorrelated sub-selects, which the executor runs once per statement.
+/// The lists used to be unnested `WITH ORDINALITY` and joined to the rows on the position; the
+/// prepared plan guesses one locked row, so it joined in a nested loop that ran the unnest again
+/// for every row, parsing `n²` uuids (10,000 for a batch of 100, 40,000 for 200). Arrays parsed
+/// once took a 100-row claim from 4.4–5.1 to 3.0 ms of server time (the server log, two runs
+/// each); the bare-SQL ceiling drained 7 % faster and a worker 5 % (4 alternating rounds).
 const CLAIM_IN_ONE_STATEMENT: &str = "WITH candidates AS ({claim}), \
-numbered AS (SELECT id AS claim_id, row_number() OVER () AS n FROM candidates), \
-fresh AS (SELECT * FROM unnest(string_to_array(?, ',')::uuid[], string_to_array(?, ',')::uuid[]) \
-WITH ORDINALITY AS f(new_token, attempt_id, n)), \
+numbered AS (SELECT id AS claim_id, CAST(row_number() OVER () AS int4) AS n FROM candidates), \
+fresh AS (SELECT string_to_array(?, ',')::uuid[] AS tokens, string_to_array(?, ',')::uuid[] AS attempt_ids), \
 claimed AS (UPDATE {e} x SET status = 'running', attempts = x.attempts + 1, \
-lease_token = f.new_token, lease_expires_at = COALESCE(?, {now} + ? * INTERVAL '1 microsecond'), \
+lease_token = (SELECT tokens FROM fresh)[c.n], \
+lease_expires_at = COALESCE(?, {now} + ? * INTERVAL '1 microsecond'), \
 worker_id = ?, started_at = COALESCE(x.started_at, {now}), updated_at = {now}, \
-version = x.version + 1 FROM numbered c JOIN fresh f ON f.n = c.n WHERE x.id = c.claim_id \
-RETURNING {cols}, f.attempt_id), \
+version = x.version + 1 FROM numbered c WHERE x.id = c.claim_id \
+RETURNING {cols}, (SELECT attempt_ids FROM fresh)[c.n] AS attempt_id), \
 started AS (INSERT INTO {a} (id, execution_id, attempt_no, lease_token, worker_id, status, error, \
 started_at, heartbeat_at, finished_at) SELECT attempt_id, id, attempts, lease_token, worker_id, \
 'running', NULL, updated_at, updated_at, NULL FROM claimed) \

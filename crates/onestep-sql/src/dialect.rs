@@ -276,6 +276,18 @@ pub trait Dialect: Send + Sync + Sized + 'static {
         Ok("task_name")
     }
 
+    /// The index a claim in steps reads when, while a backlog lasts, it resumes after the last
+    /// row a full claim of the same queue took instead of reading from the front (the
+    /// `machine::resume` module), read once when the backend opens: for InnoDB, whose claimed
+    /// rows leave delete-marked index entries that every claim from the front looks up until
+    /// the purge removes them. `None` (the default): every claim reads from the front.
+    async fn claim_resume_index(
+        _pool: &sqlx::Pool<Self::Db>,
+        _tables: &TableNames,
+    ) -> ExecutionResult<Option<String>> {
+        Ok(None)
+    }
+
     /// Whether batches travel as one JSON array that `JSON_TABLE` joins on the primary key,
     /// in statements of one shape for every batch size (see `machine::json_batch`), read once
     /// when the backend opens. `false` (the default): the statements every dialect runs.

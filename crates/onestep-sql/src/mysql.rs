@@ -420,6 +420,32 @@ impl Dialect for MySql {
         })
     }
 
+    /// The claim column's index ([`schema::MYSQL_CLAIM_INDEX_COLUMNS`]) where the table has it
+    /// with exactly those columns: a resumed claim reads it from the key on (`FORCE INDEX`; see
+    /// `machine::resume`). Tables without it (the reference's, or opened without DDL rights)
+    /// claim from the front.
+    async fn claim_resume_index(
+        pool: &sqlx::Pool<sqlx::MySql>,
+        tables: &TableNames,
+    ) -> ExecutionResult<Option<String>> {
+        let open = |e: sqlx::Error| {
+            ExecutionError::Connector(Self::connector_error(ConnectorOperation::Open, e))
+        };
+        let dialect = schema::mysql_family_dialect(&server_version(pool).await.map_err(open)?);
+        let mut conn = pool.acquire().await.map_err(open)?;
+        if !has_claim_column(&mut conn, &tables.executions)
+            .await
+            .map_err(open)?
+        {
+            return Ok(None);
+        }
+        let name = schema::mysql_claim_index_name(dialect, tables, "claimable");
+        let columns = index_columns(&mut conn, &tables.executions, &name)
+            .await
+            .map_err(open)?;
+        Ok((columns == schema::MYSQL_CLAIM_INDEX_COLUMNS).then_some(name))
+    }
+
     /// MariaDB (10.7+, whose `UUID` columns compare with hex text by value) with both tables
     /// keyed by `UUID`. MySQL 8 is left out: its `JSON_TABLE` columns carry their own collation,
     /// which can clash with a `CHAR(32)` key's, and no MySQL 8 runs where this is tested.

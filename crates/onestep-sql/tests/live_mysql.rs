@@ -464,3 +464,171 @@ async fn stored_ids_read_from_every_column_type() {
         .unwrap();
     assert_eq!(MySql::id(&row, 0).unwrap(), Some(id));
 }
+
+/// Claims `limit` executions of `task` in namespace `live`, answering their ids in claim order.
+async fn claim_ids(b: &MySqlExecutionBackend, task: &str, limit: usize) -> Vec<uuid::Uuid> {
+    b.claim(
+        "live",
+        &[task.to_string()],
+        limit,
+        Duration::from_secs(60),
+        "w",
+    )
+    .await
+    .unwrap()
+    .into_iter()
+    .map(|lease| lease.execution.id)
+    .collect()
+}
+
+/// Submits `n` executions of `task` and then one more, `late`, stored with its times an hour
+/// before the others: as if its submit had committed only after claims passed its place.
+async fn backlog_and_a_late_row(
+    b: &MySqlExecutionBackend,
+    task: &str,
+    n: usize,
+) -> (Vec<uuid::Uuid>, uuid::Uuid) {
+    let requests = (0..n)
+        .map(|i| {
+            ExecutionRequest::new("live", task, serde_json::json!(i), SubmitOptions::default())
+                .unwrap()
+        })
+        .collect();
+    let mut backlog = Vec::new();
+    for submitted in b.submit_many(requests).await.unwrap() {
+        backlog.push(submitted.unwrap().id);
+    }
+    (backlog, late_row(b, task, 1).await)
+}
+
+/// Submits one execution of `task`, stored with its times `hours` before they were.
+async fn late_row(b: &MySqlExecutionBackend, task: &str, hours: u32) -> uuid::Uuid {
+    let late = b
+        .submit(request(task, SubmitOptions::default()))
+        .await
+        .unwrap()
+        .id;
+    let pool = b.connector().pool().unwrap();
+    sqlx::query(&format!(
+        "UPDATE `{}` SET available_at = available_at - INTERVAL ? HOUR, \
+         created_at = created_at - INTERVAL ? HOUR WHERE id = ?",
+        b.tables().executions
+    ))
+    .bind(hours)
+    .bind(hours)
+    .bind(late.simple().to_string())
+    .execute(&pool)
+    .await
+    .unwrap();
+    late
+}
+
+/// While a backlog lasts, a claim reads the claim index from where the last full claim stopped
+/// (`machine::resume`); a row that became claimable behind that place is claimed, first, as
+/// soon as the rows after it do not fill a claim, and no row is claimed twice or lost.
+#[tokio::test]
+async fn a_row_claimable_behind_a_resumed_claim_is_claimed_when_the_rest_is_short() {
+    let b = MySqlExecutionBackend::new(&support::mysql_url(), live::fresh_options()).unwrap();
+    let requests = (0..10)
+        .map(|i| {
+            ExecutionRequest::new(
+                "live",
+                "resume",
+                serde_json::json!(i),
+                SubmitOptions::default(),
+            )
+            .unwrap()
+        })
+        .collect::<Vec<_>>();
+    let mut first = Vec::new();
+    for submitted in b.submit_many(requests).await.unwrap() {
+        first.push(submitted.unwrap().id);
+    }
+    // A full claim from the front: the next ones resume after its last row.
+    assert_eq!(claim_ids(&b, "resume", 10).await, first);
+    let (backlog, late) = backlog_and_a_late_row(&b, "resume", 20).await;
+    assert_eq!(
+        claim_ids(&b, "resume", 10).await,
+        backlog[..10],
+        "a resumed claim reads after the key"
+    );
+    // 10 of 100 after the key: the claim reads again from the front and finds the late row too.
+    let mut expected = vec![late];
+    expected.extend(&backlog[10..]);
+    assert_eq!(claim_ids(&b, "resume", 100).await, expected);
+    assert!(claim_ids(&b, "resume", 100).await.is_empty());
+}
+
+/// While every claim comes back full, a claim reads from the front again once
+/// `RESCAN_EVERY` (1 s) has passed since the last one that did: a row behind the key waits
+/// that long at most.
+#[tokio::test]
+async fn a_row_claimable_behind_a_resumed_claim_is_claimed_by_the_next_rescan() {
+    let b = MySqlExecutionBackend::new(&support::mysql_url(), live::fresh_options()).unwrap();
+    let (backlog, late) = backlog_and_a_late_row(&b, "rescan", 30).await;
+    // From the front: the late row comes first, then the backlog in order.
+    let mut expected = vec![late];
+    expected.extend(&backlog[..9]);
+    assert_eq!(claim_ids(&b, "rescan", 10).await, expected);
+    let late = late_row(&b, "rescan", 2).await;
+    assert_eq!(claim_ids(&b, "rescan", 10).await, backlog[9..19]);
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    let rescanned = claim_ids(&b, "rescan", 10).await;
+    assert_eq!(rescanned[0], late, "the rescan reads from the front");
+    assert_eq!(rescanned[1..], backlog[19..28]);
+}
+
+/// A resumed claim reads the claim index as a range that starts at the key (the optimizer
+/// would otherwise look up the leading columns and read from the front), in order: no
+/// filesort.
+#[tokio::test]
+async fn resumed_claim_plan_reads_the_claim_index_from_the_key() {
+    let b = MySqlExecutionBackend::new(&support::mysql_url(), live::fresh_options()).unwrap();
+    let requests = (0..500)
+        .map(|n| {
+            ExecutionRequest::new(
+                "live",
+                "plan",
+                serde_json::json!(n),
+                SubmitOptions::default(),
+            )
+            .unwrap()
+        })
+        .collect();
+    claim_plan(&b, requests, "plan", 10).await;
+    let key = claim_ids(&b, "plan", 10).await[9];
+    let pool = b.connector().pool().unwrap();
+    let row = sqlx::query(&format!(
+        "SELECT available_at, created_at FROM `{}` WHERE id = ?",
+        b.tables().executions
+    ))
+    .bind(key.simple().to_string())
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    let (available_at, created_at): (time::PrimitiveDateTime, time::PrimitiveDateTime) =
+        (row.get(0), row.get(1));
+    let now = time::OffsetDateTime::now_utc();
+    let now = time::PrimitiveDateTime::new(now.date(), now.time());
+    let sql = b.resumed_claim_sql(1).expect("claims resume on MariaDB");
+    let plan = sqlx::query(&format!("EXPLAIN {sql}"))
+        .bind("live")
+        .bind("plan")
+        .bind(now)
+        .bind(available_at)
+        .bind(available_at)
+        .bind(created_at)
+        .bind(created_at)
+        .bind(key.simple().to_string())
+        .bind(now)
+        .bind(100_i64)
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+    let access: String = plan[0].try_get("type").unwrap();
+    let index: Option<String> = plan[0].try_get("key").unwrap();
+    let extra: Option<String> = plan[0].try_get("Extra").unwrap();
+    assert_eq!(access, "range", "{sql}");
+    assert!(index.unwrap_or_default().ends_with("_claimable"));
+    assert!(!extra.unwrap_or_default().contains("filesort"));
+}

@@ -1,5 +1,6 @@
 //! Claiming: the claim statement, in one statement where the dialect has one, else in steps.
 
+use super::resume::{ClaimKey, Scan};
 use super::*;
 
 impl<D: Dialect> SqlExecutionBackend<D> {
@@ -27,6 +28,19 @@ impl<D: Dialect> SqlExecutionBackend<D> {
         match column {
             Some(c) => c.claim(&statement),
             None => statement,
+        }
+    }
+
+    /// The claim in steps for `task_count` task names resuming after a claim key (see the
+    /// `resume` module), with the dialect's placeholders: the claim's parameters with the key's
+    /// five after the first time bound. `None` where claims do not resume (every dialect but
+    /// MySQL/MariaDB, and their tables without the claim column's index). For checking its plan
+    /// with `EXPLAIN`: it must read the claim index as a range from the key.
+    pub fn resumed_claim_sql(&self, task_count: usize) -> Option<String> {
+        let column = self.inner.claim_column.get()?;
+        match task_count {
+            1 => column.claim_one_task_resumed.clone(),
+            _ => column.resumed(&self.claim_sql(task_count)),
         }
     }
 
@@ -212,6 +226,12 @@ impl<D: Dialect> SqlExecutionBackend<D> {
     ) -> ExecutionResult<Vec<ExecutionLease>> {
         let op = ConnectorOperation::Fetch;
         let worker_id = worker_id.to_string();
+        let queue = super::resume::queue_of(namespace, task_names);
+        // Where the table lets claims resume (see the `resume` module).
+        let resumed_claim = self.resumed_claim_sql(task_names.len());
+        // How the claim read the index, whether it came back full and its last row's key:
+        // recorded once the claim committed.
+        let mut outcome = None;
         let mut tx = self.begin(op).await?;
         let mut swept = super::maintain::Swept::default();
         let out: ExecutionResult<_> = async {
@@ -219,12 +239,46 @@ impl<D: Dialect> SqlExecutionBackend<D> {
             if maintain {
                 swept = self.maintain(&mut tx, now).await?;
             }
-            let mut params: Vec<Param> = vec![namespace.into()];
-            params.extend(task_names.iter().map(|t| Param::from(t.trim())));
-            params.extend([now.into(), now.into(), i64::try_from(limit.min(MAX_CLAIM_ROWS)).unwrap_or(1000).into()]);
-            let rows = crate::decode::executions::<D>(&mut tx, &self.claim_sql(task_names.len()), params)
+            let limit = limit.min(MAX_CLAIM_ROWS);
+            let mut scan = match resumed_claim {
+                Some(_) => self.inner.claim_resumes.scan(&queue),
+                None => Scan::FromFront,
+            };
+            let select = |scan: Scan| {
+                let mut params: Vec<Param> = vec![namespace.into()];
+                params.extend(task_names.iter().map(|t| Param::from(t.trim())));
+                params.push(now.into());
+                let claim = match (scan, &resumed_claim) {
+                    (Scan::After(key), Some(resumed)) => {
+                        params.extend(key.params());
+                        resumed.clone()
+                    }
+                    _ => self.claim_sql(task_names.len()),
+                };
+                params.extend([now.into(), i64::try_from(limit).unwrap_or(1000).into()]);
+                (claim, params)
+            };
+            let (claim, params) = select(scan);
+            let mut rows = crate::decode::executions::<D>(&mut tx, &claim, params)
                 .await
                 .map_err(db::<D>(op))?;
+            if rows.len() < limit && scan != Scan::FromFront {
+                // Short after the key: rows behind it (a release, a submit that committed late)
+                // are read too, from the front, so no claim answers fewer rows than are ready.
+                // The rows read after the key come back again (this transaction holds them).
+                scan = Scan::FromFront;
+                let (claim, params) = select(scan);
+                rows = crate::decode::executions::<D>(&mut tx, &claim, params)
+                    .await
+                    .map_err(db::<D>(op))?;
+            }
+            let full = rows.len() >= limit;
+            let last = rows.last().map(|r| ClaimKey {
+                available_at: r.available_at,
+                created_at: r.created_at,
+                id: r.id,
+            });
+            outcome = Some((scan, full, last));
             // Each row is started in memory and decoded once, as the execution it becomes
             // (decoding reads none of what starting changes). A row whose stored values do not
             // decode would fail every claim of its task forever: fail it (it never started) and
@@ -286,6 +340,9 @@ impl<D: Dialect> SqlExecutionBackend<D> {
         let out = Self::finish(tx, out, op).await;
         if out.is_ok() {
             swept.record();
+            if let (Some(_), Some((scan, full, last))) = (&resumed_claim, outcome) {
+                self.inner.claim_resumes.record(&queue, scan, full, last);
+            }
         }
         out
     }

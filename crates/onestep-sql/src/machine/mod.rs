@@ -28,6 +28,7 @@ mod json_batch;
 mod lease;
 mod maintain;
 mod progress;
+mod resume;
 mod statements;
 mod submit;
 
@@ -204,6 +205,9 @@ struct Inner<D: Dialect> {
     last_maintenance: std::sync::Mutex<Option<std::time::Instant>>,
     /// When the expiry sweep last ran in this process.
     last_expiry_sweep: std::sync::Mutex<Option<std::time::Instant>>,
+    /// Where the claims in steps of each queue resume reading the claim index
+    /// ([`Dialect::claim_resume_index`]).
+    claim_resumes: resume::ClaimResumes,
     /// Whether the last batched submit that read its keys found some already stored: the next
     /// batch then reads its keys first instead of trying them as new (see `submit_many`).
     batch_keys_were_stored: std::sync::atomic::AtomicBool,
@@ -392,6 +396,7 @@ impl<D: Dialect> SqlExecutionBackend<D> {
                 opens: AtomicUsize::new(0),
                 last_maintenance: std::sync::Mutex::new(None),
                 last_expiry_sweep: std::sync::Mutex::new(None),
+                claim_resumes: resume::ClaimResumes::default(),
                 batch_keys_were_stored: std::sync::atomic::AtomicBool::new(false),
                 group: group::SubmitGroup::default(),
                 work: Arc::new(tokio::sync::watch::Sender::new(0)),
@@ -431,10 +436,12 @@ impl<D: Dialect> SqlExecutionBackend<D> {
             D::check_server(&pool).await?;
             D::ensure_tables(&pool, &self.inner.tables, self.inner.options.auto_create).await?;
             let column = D::claim_task_column(&pool, &self.inner.tables).await?;
-            let _ = self
-                .inner
-                .claim_column
-                .set(ClaimColumn::new(column, &self.inner.statements));
+            let resume_index = D::claim_resume_index(&pool, &self.inner.tables).await?;
+            let _ = self.inner.claim_column.set(ClaimColumn::new(
+                column,
+                &self.inner.statements,
+                resume_index.map(|index| (D::quote(&self.inner.tables.executions), index)),
+            ));
             let json = D::json_table_batches(&pool, &self.inner.tables).await?;
             self.inner.json_batches.store(json, Ordering::Relaxed);
             let progress = self.ensure_progress_column(&pool).await?;

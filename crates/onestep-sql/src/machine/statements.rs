@@ -97,10 +97,19 @@ pub(super) struct ClaimColumn {
     pub(super) claim_one_task: String,
     /// The expiry sweep, reading the column's index instead of every row where it has one.
     pub(super) expire_candidates: String,
+    /// Where claims resume after a key (see `machine::resume`): the quoted executions table and
+    /// the index the resumed claim reads, when the dialect resumes claims on this table.
+    resume: Option<(String, String)>,
+    /// The claim of one task resuming after a key, when claims resume.
+    pub(super) claim_one_task_resumed: Option<String>,
 }
 
 impl ClaimColumn {
-    pub(super) fn new(column: &'static str, statements: &Statements) -> Self {
+    pub(super) fn new(
+        column: &'static str,
+        statements: &Statements,
+        resume: Option<(String, String)>,
+    ) -> Self {
         let expire_candidates = if column == "task_name" {
             statements.expire_candidates.clone()
         } else {
@@ -109,16 +118,28 @@ impl ClaimColumn {
                 &format!("WHERE e.{column} IS NOT NULL AND e.status IN"),
             )
         };
+        let claim_one_task = filter_tasks_on(column, &statements.claim_one_task);
+        let claim_one_task_resumed = resume
+            .as_ref()
+            .map(|(table, index)| super::resume::resumed(&claim_one_task, table, index));
         Self {
             column,
-            claim_one_task: filter_tasks_on(column, &statements.claim_one_task),
+            claim_one_task,
             expire_candidates,
+            resume,
+            claim_one_task_resumed,
         }
     }
 
     /// A claim `statement` filtering tasks on the column.
     pub(super) fn claim(&self, statement: &str) -> String {
         filter_tasks_on(self.column, statement)
+    }
+
+    /// A claim `statement` (filtering on the column) resuming after a key, when claims resume.
+    pub(super) fn resumed(&self, statement: &str) -> Option<String> {
+        let (table, index) = self.resume.as_ref()?;
+        Some(super::resume::resumed(statement, table, index))
     }
 }
 

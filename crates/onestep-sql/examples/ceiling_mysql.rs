@@ -14,7 +14,12 @@
 //!    executions and their attempts `succeeded` (result `{"ok": true}`), each row fenced by its
 //!    lease token;
 //!
-//! until a claim finds nothing. No handler, no channels, no lock-and-read before the writes, and
+//! until a claim finds nothing. After a claim that came back full, the connections' next claims
+//! resume after its last row, as the worker's do
+//! ([`SqlExecutionBackend::resumed_claim_sql`](onestep_sql::SqlExecutionBackend::resumed_claim_sql)),
+//! reading again from the front in the same transaction when that comes back short: without it
+//! every claim looks up the delete-marked index entries of the rows claimed since InnoDB's last
+//! purge. No handler, no channels, no lock-and-read before the writes, and
 //! every statement's text is the same at every batch size, so each is prepared once per
 //! connection (the worker's batch statements are prepared, run and closed per batch). At the end
 //! exactly N executions and N attempts must be `succeeded` (else it fails, leaving the tables for
@@ -36,7 +41,7 @@ use onestep_core::execution::ExecutionBackend;
 use onestep_sql::mysql::{MySql, MySqlExecutionBackend};
 use onestep_sql::{BackendOptions, Dialect};
 use serde_json::{Value, json};
-use sqlx::mysql::{MySqlConnectOptions, MySqlConnection};
+use sqlx::mysql::{MySqlConnectOptions, MySqlConnection, MySqlRow};
 use sqlx::{Connection, Executor, Row};
 use time::{OffsetDateTime, PrimitiveDateTime};
 use uuid::Uuid;
@@ -79,6 +84,8 @@ y.error = NULL, y.finished_at = ? WHERE y.lease_token = v.t AND y.status = 'runn
 #[derive(Clone)]
 struct Statements {
     claim: String,
+    /// The claim resuming after a claim key (`available_at`, `created_at`, `id`).
+    resumed_claim: String,
     start: String,
     attempts: String,
     finish_executions: String,
@@ -99,12 +106,29 @@ fn check(what: &str, changed: u64, batch: usize) -> Result<(), Error> {
     Err(format!("{what} changed {changed} rows of a batch of {batch}").into())
 }
 
+/// A row's place in claim order: `available_at`, `created_at` and `id`.
+type ClaimKey = (PrimitiveDateTime, PrimitiveDateTime, Uuid);
+
+/// Where the connections' next claims resume: the last row of the last full claim.
+type Resume = std::sync::Arc<std::sync::Mutex<Option<ClaimKey>>>;
+
+/// The claim key of a claimed row (the claim selects every column, in the backend's order).
+fn claim_key(row: &MySqlRow) -> Result<ClaimKey, Error> {
+    let at = |i| -> Result<PrimitiveDateTime, Error> {
+        let t = MySql::time(row, i)?.ok_or("a claimed row has no time")?;
+        Ok(PrimitiveDateTime::new(t.date(), t.time()))
+    };
+    let id = MySql::id(row, 0)?.ok_or("a claimed row has no id")?;
+    Ok((at(11)?, at(18)?, id))
+}
+
 /// One connection's loop: claim a batch, complete it, until a claim finds nothing.
 async fn drain(
     mut conn: MySqlConnection,
     s: Statements,
     batch: usize,
     worker_id: String,
+    resume: Resume,
 ) -> Result<Drained, Error> {
     let mut drained = Drained::default();
     let limit = i64::try_from(batch)?;
@@ -112,14 +136,40 @@ async fn drain(
     loop {
         let now = now();
         let mut tx = conn.begin().await?;
-        let rows = sqlx::query(&s.claim)
-            .bind(NAMESPACE)
-            .bind(TASK)
-            .bind(now)
-            .bind(now)
-            .bind(limit)
-            .fetch_all(&mut *tx)
-            .await?;
+        let after = *resume.lock().map_err(|_| "a drain loop panicked")?;
+        let mut rows = match after {
+            Some((available_at, created_at, id)) => {
+                sqlx::query(&s.resumed_claim)
+                    .bind(NAMESPACE)
+                    .bind(TASK)
+                    .bind(now)
+                    .bind(available_at)
+                    .bind(available_at)
+                    .bind(created_at)
+                    .bind(created_at)
+                    .bind(id.simple().to_string())
+                    .bind(now)
+                    .bind(limit)
+                    .fetch_all(&mut *tx)
+                    .await?
+            }
+            None => Vec::new(),
+        };
+        if rows.len() < batch {
+            rows = sqlx::query(&s.claim)
+                .bind(NAMESPACE)
+                .bind(TASK)
+                .bind(now)
+                .bind(now)
+                .bind(limit)
+                .fetch_all(&mut *tx)
+                .await?;
+        }
+        let key = match rows.last() {
+            Some(row) if rows.len() == batch => Some(claim_key(row)?),
+            _ => None,
+        };
+        *resume.lock().map_err(|_| "a drain loop panicked")? = key;
         if rows.is_empty() {
             tx.commit().await?;
             return Ok(drained);
@@ -232,6 +282,9 @@ async fn run(a: Args) -> Result<Value, Error> {
     let tables = |sql: &str| sql.replace("{e}", &e).replace("{a}", &at);
     let statements = Statements {
         claim: backend.claim_sql(1),
+        resumed_claim: backend
+            .resumed_claim_sql(1)
+            .ok_or("the table has no claim column index to resume claims on")?,
         start: tables(START),
         attempts: tables(ATTEMPTS),
         finish_executions: tables(FINISH_EXECUTIONS),
@@ -257,12 +310,14 @@ async fn run(a: Args) -> Result<Value, Error> {
     }
     let drain_started = Instant::now();
     let mut loops = tokio::task::JoinSet::new();
+    let resume = Resume::default();
     for (i, conn) in connections.into_iter().enumerate() {
         loops.spawn(drain(
             conn,
             statements.clone(),
             a.batch,
             format!("ceiling-{i}"),
+            resume.clone(),
         ));
     }
     let mut total = Drained::default();

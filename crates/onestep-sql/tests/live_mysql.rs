@@ -481,6 +481,22 @@ async fn claim_ids(b: &MySqlExecutionBackend, task: &str, limit: usize) -> Vec<u
     .collect()
 }
 
+/// `n` requests for executions of `task` in namespace `live`.
+fn backlog_requests(task: &str, n: usize) -> Vec<ExecutionRequest> {
+    (0..n)
+        .map(|i| {
+            ExecutionRequest::new("live", task, serde_json::json!(i), SubmitOptions::default())
+                .unwrap()
+        })
+        .collect()
+}
+
+/// Submits `n` executions of `task` at once, answering their ids in submit order.
+async fn submit_backlog(b: &MySqlExecutionBackend, task: &str, n: usize) -> Vec<uuid::Uuid> {
+    let submitted = b.submit_many(backlog_requests(task, n)).await.unwrap();
+    submitted.into_iter().map(|s| s.unwrap().id).collect()
+}
+
 /// Submits `n` executions of `task` and then one more, `late`, stored with its times an hour
 /// before the others: as if its submit had committed only after claims passed its place.
 async fn backlog_and_a_late_row(
@@ -488,16 +504,7 @@ async fn backlog_and_a_late_row(
     task: &str,
     n: usize,
 ) -> (Vec<uuid::Uuid>, uuid::Uuid) {
-    let requests = (0..n)
-        .map(|i| {
-            ExecutionRequest::new("live", task, serde_json::json!(i), SubmitOptions::default())
-                .unwrap()
-        })
-        .collect();
-    let mut backlog = Vec::new();
-    for submitted in b.submit_many(requests).await.unwrap() {
-        backlog.push(submitted.unwrap().id);
-    }
+    let backlog = submit_backlog(b, task, n).await;
     (backlog, late_row(b, task, 1).await)
 }
 
@@ -529,21 +536,7 @@ async fn late_row(b: &MySqlExecutionBackend, task: &str, hours: u32) -> uuid::Uu
 #[tokio::test]
 async fn a_row_claimable_behind_a_resumed_claim_is_claimed_when_the_rest_is_short() {
     let b = MySqlExecutionBackend::new(&support::mysql_url(), live::fresh_options()).unwrap();
-    let requests = (0..10)
-        .map(|i| {
-            ExecutionRequest::new(
-                "live",
-                "resume",
-                serde_json::json!(i),
-                SubmitOptions::default(),
-            )
-            .unwrap()
-        })
-        .collect::<Vec<_>>();
-    let mut first = Vec::new();
-    for submitted in b.submit_many(requests).await.unwrap() {
-        first.push(submitted.unwrap().id);
-    }
+    let first = submit_backlog(&b, "resume", 10).await;
     // A full claim from the front: the next ones resume after its last row.
     assert_eq!(claim_ids(&b, "resume", 10).await, first);
     let (backlog, late) = backlog_and_a_late_row(&b, "resume", 20).await;
@@ -584,18 +577,7 @@ async fn a_row_claimable_behind_a_resumed_claim_is_claimed_by_the_next_rescan() 
 #[tokio::test]
 async fn resumed_claim_plan_reads_the_claim_index_from_the_key() {
     let b = MySqlExecutionBackend::new(&support::mysql_url(), live::fresh_options()).unwrap();
-    let requests = (0..500)
-        .map(|n| {
-            ExecutionRequest::new(
-                "live",
-                "plan",
-                serde_json::json!(n),
-                SubmitOptions::default(),
-            )
-            .unwrap()
-        })
-        .collect();
-    claim_plan(&b, requests, "plan", 10).await;
+    claim_plan(&b, backlog_requests("plan", 500), "plan", 10).await;
     let key = claim_ids(&b, "plan", 10).await[9];
     let pool = b.connector().pool().unwrap();
     let row = sqlx::query(&format!(

@@ -614,3 +614,28 @@ async fn resumed_claim_plan_reads_the_claim_index_from_the_key() {
     assert!(index.unwrap_or_default().ends_with("_claimable"));
     assert!(!extra.unwrap_or_default().contains("filesort"));
 }
+
+/// A claim of several tasks resumes too: in claim order across the tasks, every row once.
+#[tokio::test]
+async fn a_claim_of_several_tasks_resumes_in_claim_order() {
+    let b = MySqlExecutionBackend::new(&support::mysql_url(), live::fresh_options()).unwrap();
+    let mut submitted = Vec::new();
+    for task in ["a", "b", "a", "b"] {
+        submitted.extend(submit_backlog(&b, task, 5).await);
+    }
+    let tasks = ["a".to_string(), "b".to_string()];
+    let mut claimed = Vec::new();
+    for limit in [5, 5, 100] {
+        let leases = b
+            .claim("live", &tasks, limit, Duration::from_secs(60), "w")
+            .await
+            .unwrap();
+        claimed.extend(leases.into_iter().map(|lease| lease.execution.id));
+    }
+    assert_eq!(
+        b.resumed_claim_sql(2)
+            .map(|sql| sql.contains("FORCE INDEX")),
+        Some(true)
+    );
+    assert_eq!(claimed, submitted, "each row once, in submit order");
+}

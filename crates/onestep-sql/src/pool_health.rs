@@ -52,7 +52,7 @@ fn disconnected_within(last: u64, now: u64) -> bool {
     last != 0 && now.saturating_sub(last - 1) < window
 }
 
-/// [`Dialect::classify`](crate::dialect::Dialect::classify), noting a broken connection so that
+/// [`Dialect::classify`], noting a broken connection so that
 /// the next hand-outs are pinged.
 pub(crate) fn classify<D: Dialect>(err: &sqlx::Error) -> ConnectorErrorKind {
     let kind = D::classify(err);

@@ -33,8 +33,8 @@ impl<D: Dialect> SqlExecutionBackend<D> {
 
     /// The claim in steps for `task_count` task names resuming after a claim key (see the
     /// `resume` module), with the dialect's placeholders: the claim's parameters with the key's
-    /// five after the first time bound. `None` where claims do not resume (every dialect but
-    /// MySQL/MariaDB, and their tables without the claim column's index). For checking its plan
+    /// five after the first time bound. `None` where claims do not resume (every server but
+    /// MariaDB, and its tables without the claim column's index). For checking its plan
     /// with `EXPLAIN`: it must read the claim index as a range from the key.
     pub fn resumed_claim_sql(&self, task_count: usize) -> Option<String> {
         let column = self.inner.claim_column.get()?;

@@ -1,5 +1,5 @@
 //! Where a claim in steps starts reading the claim index while a backlog lasts
-//! ([`Dialect::claim_resume_index`](crate::Dialect::claim_resume_index): MySQL/MariaDB).
+//! ([`Dialect::claim_resume_index`](crate::Dialect::claim_resume_index): MariaDB).
 //!
 //! A claim reads the ready rows in claim order (`available_at, created_at, id`). On InnoDB each
 //! row a claim starts leaves its old claim-index entry behind, delete-marked, until the purge

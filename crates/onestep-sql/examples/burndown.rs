@@ -5,7 +5,7 @@
 //!
 //! `cargo run --release -p onestep-sql --example burndown -- --dsn URL [--n 20000]
 //! [--concurrency 64] [--batch 100] [--prefetch 0] [--submit-batch 0] [--metrics off|on]
-//! [--workers 1]`
+//! [--workers 1] [--history 0] [--running 0]`
 //! (`--submit-batch 0`: one by one; `--metrics on`: the exporter and a scrape every second;
 //! `--workers K`: K worker apps drain side by side, each with its own pool and `--concurrency`).
 //!
@@ -20,7 +20,9 @@
 //!
 //! `--history N` first puts N finished executions of the same task (one attempt row each) in the
 //! tables, to see whether the cost grows with history, and lets the server's upkeep catch up
-//! with that fill (see `settle`) before the run starts.
+//! with that fill (see `settle`) before the run starts. `--running N` then has N executions of
+//! another task claimed under an hour's lease and left running through the drain (see
+//! `hold_running`), to see whether the cost grows with long-running work.
 
 #[path = "support/allocator.rs"]
 mod allocator;
@@ -33,7 +35,7 @@ use std::time::{Duration, Instant};
 
 use onestep_core::execution::{
     ExecutionBackend, ExecutionError, ExecutionQuery, ExecutionRequest, ExecutionSource,
-    ExecutionSourceOptions, SubmitOptions,
+    ExecutionSourceOptions, LeasedExecutionBackend, SubmitOptions,
 };
 use onestep_core::{OneStepApp, Task, TaskContext, TaskError};
 use onestep_sql::{BackendOptions, Dialect, SqlExecutionBackend};
@@ -53,6 +55,9 @@ struct Args {
     seconds: usize,
     /// Finished executions of the same task put in the table before the run (cost vs history).
     history: usize,
+    /// Executions of another task claimed, with an hour's lease, before the run and left
+    /// running through it (cost vs long-running work).
+    running: usize,
     /// Worker apps draining side by side in this process, each with its own pool and source
     /// (standing in for separate processes; they share one tokio runtime).
     workers: usize,
@@ -74,6 +79,7 @@ fn args() -> Result<Args, String> {
         rate: 0,
         seconds: 10,
         history: 0,
+        running: 0,
         workers: 1,
         metrics: false,
     };
@@ -106,6 +112,7 @@ fn args() -> Result<Args, String> {
             "--rate" => a.rate = value()?.parse().map_err(|e| format!("--rate: {e}"))?,
             "--seconds" => a.seconds = value()?.parse().map_err(|e| format!("--seconds: {e}"))?,
             "--history" => a.history = value()?.parse().map_err(|e| format!("--history: {e}"))?,
+            "--running" => a.running = value()?.parse().map_err(|e| format!("--running: {e}"))?,
             "--metrics" => {
                 a.metrics = match value()?.as_str() {
                     "on" => true,
@@ -185,6 +192,43 @@ async fn fill_history<D: Dialect>(
     tx.commit().await?;
     eprintln!(
         "burndown: {n} finished executions (one attempt each) put in the tables in {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// Submits `n` executions of a task the run does not drain and claims them all with an hour's
+/// lease: long-running work held by a worker that is busy elsewhere. After the history's
+/// `settle`, so the tables' statistics predate them, as a large table's do when a batch of long
+/// work starts.
+async fn hold_running<D: Dialect>(
+    backend: &SqlExecutionBackend<D>,
+    ns: &str,
+    n: usize,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let started = Instant::now();
+    for chunk in (0..n).collect::<Vec<_>>().chunks(1000) {
+        let requests = chunk
+            .iter()
+            .map(|i| ExecutionRequest::new(ns, "long", json!({"l": i}), SubmitOptions::default()))
+            .collect::<Result<Vec<_>, _>>()?;
+        for r in backend.submit_many(requests).await? {
+            r?;
+        }
+    }
+    let mut held = 0;
+    while held < n {
+        let hour = Duration::from_secs(3600);
+        let claimed = backend
+            .claim(ns, &["long".to_string()], 1000, hour, "holder")
+            .await?;
+        if claimed.is_empty() {
+            return Err(format!("claimed {held} of {n} long-running executions").into());
+        }
+        held += claimed.len();
+    }
+    eprintln!(
+        "burndown: {n} executions of another task running under an hour's lease ({:.1}s)",
         started.elapsed().as_secs_f64()
     );
     Ok(())
@@ -270,6 +314,9 @@ async fn run<D: Dialect>(a: Args) -> Result<Value, Box<dyn std::error::Error>> {
     if a.history > 0 {
         fill_history::<D>(&backend, &options, ns, a.history).await?;
         settle(&a.dsn, &options).await?;
+    }
+    if a.running > 0 {
+        hold_running::<D>(&backend, ns, a.running).await?;
     }
 
     // Progress is counted in the handler, not read from the table: any table-wide status count
@@ -481,6 +528,7 @@ async fn run<D: Dialect>(a: Args) -> Result<Value, Box<dyn std::error::Error>> {
         "submit_batch": a.submit_batch,
         "mode": if steady { "steady" } else { "burn-down" },
         "history": a.history,
+        "running": a.running,
         "rate": a.rate,
         "metrics": if a.metrics { "on" } else { "off" },
         "submit_per_s": (a.n as f64 / submit_s).round(),

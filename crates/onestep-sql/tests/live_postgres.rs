@@ -6,7 +6,7 @@ mod support;
 use std::time::Duration;
 
 use onestep_core::execution::{
-    ExecutionBackend, ExecutionRequest, LeasedExecutionBackend, SubmitOptions,
+    ExecutionBackend, ExecutionCompletion, ExecutionRequest, LeasedExecutionBackend, SubmitOptions,
 };
 use onestep_sql::postgres::{Postgres, PostgresExecutionBackend};
 use support::live;
@@ -481,4 +481,156 @@ async fn a_connection_killed_while_idle_is_replaced_unseen() {
         },
     )
     .await;
+}
+
+/// Renewals, progress and completions of leases find each execution by its id, never through
+/// the lease index, however many other executions run. The table's statistics are taken before
+/// any execution runs, as on a large table analysed before a batch of long work started. With
+/// the lease checks stated bare, PostgreSQL read every running execution's lease entry for the
+/// progress report, the renewals and the completions here (and, with 10,000 running, a
+/// completion of 125 leases read all 10,000).
+#[tokio::test]
+async fn writes_to_leases_never_read_the_lease_index() {
+    const RUNNING: usize = 1_000;
+    let url = support::postgres_url();
+    let b = PostgresExecutionBackend::new(&url, live::fresh_options()).unwrap();
+    b.open().await.unwrap();
+    let pool = b.connector().pool().unwrap();
+    let e = b.tables().executions.clone();
+    // Statistics taken on history alone, and kept so: autovacuum must not analyse mid-test.
+    for statement in [
+        format!("ALTER TABLE \"{e}\" SET (autovacuum_enabled = off)"),
+        format!(
+            "INSERT INTO \"{e}\" (id, namespace, task_name, status, payload, available_at, \
+             created_at, updated_at, finished_at) SELECT gen_random_uuid(), 'live', 'done', \
+             'succeeded', '{{}}', now(), now(), now(), now() FROM generate_series(1, 500)"
+        ),
+        format!("ANALYZE \"{e}\""),
+    ] {
+        sqlx::query(&statement).execute(&pool).await.unwrap();
+    }
+    let requests = (0..RUNNING)
+        .map(|n| {
+            ExecutionRequest::new(
+                "live",
+                "long",
+                serde_json::json!(n),
+                SubmitOptions::default(),
+            )
+            .unwrap()
+        })
+        .collect();
+    for submitted in b.submit_many(requests).await.unwrap() {
+        submitted.unwrap();
+    }
+    let mut leases = Vec::new();
+    while leases.len() < RUNNING {
+        let claimed = b
+            .claim(
+                "live",
+                &["long".into()],
+                200,
+                Duration::from_secs(3600),
+                "w",
+            )
+            .await
+            .unwrap();
+        assert!(!claimed.is_empty(), "claimed {} of {RUNNING}", leases.len());
+        leases.extend(claimed);
+    }
+    let counters = LeaseIndexCounters::new(&pool, &e).await;
+    let key =
+        |l: &onestep_core::execution::ExecutionLease| (l.execution.id, l.attempt_id, l.lease_token);
+    let hour = Duration::from_secs(3600);
+
+    let (id, attempt, token) = key(&leases[0]);
+    let mut scans = Vec::new();
+    let renewal = b.heartbeat(id, attempt, token, hour);
+    scans.push(("a renewal", counters.during(1, renewal).await));
+    let progress = serde_json::json!({"done": 1});
+    let stored = b.report_progress(id, attempt, token, &progress);
+    scans.push(("a progress report", counters.during(1, stored).await));
+    let batch: Vec<_> = leases[..100].iter().map(key).collect();
+    let renewals = b.heartbeat_many(&batch, hour);
+    scans.push(("100 renewals", counters.during(100, renewals).await));
+    let done = batch
+        .iter()
+        .map(|&(id, attempt, token)| {
+            let completion = ExecutionCompletion::Succeeded {
+                result: serde_json::json!(true),
+            };
+            (id, attempt, token, completion)
+        })
+        .collect();
+    let completions = b.complete_many_statuses(done);
+    scans.push(("100 completions", counters.during(100, completions).await));
+    assert!(
+        scans.iter().all(|(_, n)| *n == 0),
+        "scans of the lease index: {scans:?}"
+    );
+}
+
+/// The server's counters of one executions table and its lease index.
+struct LeaseIndexCounters {
+    pool: sqlx::PgPool,
+    table: String,
+    index: String,
+}
+
+impl LeaseIndexCounters {
+    async fn new(pool: &sqlx::PgPool, table: &str) -> Self {
+        let index: String = sqlx::query_scalar(
+            "SELECT indexrelid::regclass::text FROM pg_index \
+             WHERE indrelid = quote_ident($1)::regclass \
+             AND pg_get_indexdef(indexrelid) LIKE '%(lease_expires_at, id)%'",
+        )
+        .bind(table)
+        .fetch_one(pool)
+        .await
+        .unwrap();
+        Self {
+            pool: pool.clone(),
+            table: table.to_string(),
+            index,
+        }
+    }
+
+    /// Rows updated in the table and scans of the lease index, as the server has them.
+    async fn read(&self) -> (i64, i64) {
+        sqlx::query_as(
+            "SELECT t.n_tup_upd, i.idx_scan FROM pg_stat_user_tables t, pg_stat_user_indexes i \
+             WHERE t.relid = quote_ident($1)::regclass AND i.indexrelid = $2::regclass",
+        )
+        .bind(&self.table)
+        .bind(&self.index)
+        .fetch_one(&self.pool)
+        .await
+        .unwrap()
+    }
+
+    /// The lease index's scans during `operation`, which updates at least `updates` rows of the
+    /// table. A session reports its counters about a second after it goes idle: the earlier
+    /// operations' are waited out first, and this one's until its updates show.
+    async fn during<T, E: std::fmt::Debug>(
+        &self,
+        updates: i64,
+        operation: impl std::future::Future<Output = Result<T, E>>,
+    ) -> i64 {
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let (updated, scans) = self.read().await;
+        operation.await.unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let (now_updated, now_scans) = self.read().await;
+            if now_updated >= updated + updates {
+                return now_scans - scans;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the server reported {} of {updates} updates in 30 s",
+                now_updated - updated
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
 }

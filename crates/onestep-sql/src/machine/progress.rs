@@ -78,7 +78,8 @@ impl<D: Dialect> SqlExecutionBackend<D> {
         Ok(true)
     }
 
-    /// Writes an attempt's progress, fenced by its lease.
+    /// Writes an attempt's progress, fenced by its lease (its checks in a `CASE`: see the
+    /// `sql` module's docs).
     pub(super) async fn write_progress(
         &self,
         execution_id: Uuid,
@@ -89,8 +90,8 @@ impl<D: Dialect> SqlExecutionBackend<D> {
             return Ok(false);
         }
         let sql = D::render(&format!(
-            "UPDATE {} SET {PROGRESS_COLUMN} = ? WHERE id = ? AND lease_token = ? \
-             AND status IN ('running', 'cancel_requested')",
+            "UPDATE {} SET {PROGRESS_COLUMN} = ? WHERE id = ? AND CASE WHEN lease_token = ? \
+             AND status IN ('running', 'cancel_requested') THEN 1 ELSE 0 END = 1",
             D::quote(&self.inner.tables.executions),
         ));
         let op = ConnectorOperation::Send;

@@ -59,6 +59,9 @@ pub struct BenchOptions {
     /// When > 0: one more burn-down per backend with this many finished executions of the same
     /// task already in the table (does the cost grow with history?).
     pub history: usize,
+    /// When > 0: one more burn-down per backend with this many executions of another task
+    /// running under long leases through the drain (does the cost grow with long-running work?).
+    pub running: usize,
     /// Also drain the PostgreSQL burn-down with 1, 2, 4 and 8 worker apps side by side.
     pub scale_out: bool,
     /// Rounds of the paired runs: the ceiling and our `submit_many` drain back to back, their
@@ -68,7 +71,7 @@ pub struct BenchOptions {
 
 impl BenchOptions {
     /// Parses `[--n N] [--reference-n N] [--concurrency N] [--batch N] [--prefetch N] [--steady-rate N]
-    /// [--steady-seconds N] [--history N] [--rounds N] [--peers] [--scale-out]`.
+    /// [--steady-seconds N] [--history N] [--running N] [--rounds N] [--peers] [--scale-out]`.
     pub fn from_args(args: &[String]) -> Result<Self> {
         let mut options = Self {
             n: 20_000,
@@ -80,6 +83,7 @@ impl BenchOptions {
             steady_rate: 1000,
             steady_seconds: 10,
             history: 0,
+            running: 0,
             scale_out: false,
             rounds: 3,
         };
@@ -103,13 +107,14 @@ impl BenchOptions {
                 "--steady-rate" => options.steady_rate = number("--steady-rate")?,
                 "--steady-seconds" => options.steady_seconds = number("--steady-seconds")?,
                 "--history" => options.history = number("--history")?,
+                "--running" => options.running = number("--running")?,
                 "--rounds" => options.rounds = number("--rounds")?,
                 "--peers" => options.peers = true,
                 "--scale-out" => options.scale_out = true,
                 other => bail!(
                     "`bench`: unknown argument {other:?} (expected --n, --reference-n, \
                      --concurrency, --batch, --prefetch, --steady-rate, --steady-seconds, --history, \
-                     --rounds, --peers, --scale-out)"
+                     --running, --rounds, --peers, --scale-out)"
                 ),
             }
         }
@@ -247,22 +252,27 @@ fn run_all(
         "mariadb",
         options.n,
     )?);
-    // (submit batch, steady rate): two burn-downs, then the steady-state run.
+    // (submit batch, steady rate, history, running): two burn-downs, then the steady-state run.
     let mut modes = vec![
-        (0usize, 0usize, 0usize),
-        (1000, 0, 0),
-        (0, options.steady_rate, 0),
+        (0usize, 0usize, 0usize, 0usize),
+        (1000, 0, 0, 0),
+        (0, options.steady_rate, 0, 0),
     ];
     if options.history > 0 {
-        modes.push((0, 0, options.history));
+        modes.push((0, 0, options.history, 0));
     }
-    for (submit_batch, rate, history) in modes {
+    if options.running > 0 {
+        modes.push((0, 0, 0, options.running));
+    }
+    for (submit_batch, rate, history, running) in modes {
         for (label, dsn) in [
             ("postgres", postgres.clone()),
             ("mariadb", mariadb.clone()),
             ("sqlite", String::new()),
         ] {
-            let sqlite_file = sqlite_dir.join(format!("bench-{submit_batch}-{rate}-{history}.db"));
+            let sqlite_file = sqlite_dir.join(format!(
+                "bench-{submit_batch}-{rate}-{history}-{running}.db"
+            ));
             let dsn = if label == "sqlite" {
                 remove_sqlite(&sqlite_file)?;
                 format!("sqlite://{}?mode=rwc", sqlite_file.display())
@@ -287,11 +297,14 @@ fn run_all(
             if history > 0 {
                 cmd.args(["--history", &history.to_string()]);
             }
+            if running > 0 {
+                cmd.args(["--running", &running.to_string()]);
+            }
             let what = format!("onestep on {label}");
             lines.push(labeled_run(cmd, &what, "onestep (Rust)", label, &[])?);
             // The metrics' cost: the PostgreSQL burn-down again, right after, with the exporter
             // and a scrape every second (issue: at most 5 % slower).
-            if label == "postgres" && (submit_batch, rate, history) == (0, 0, 0) {
+            if label == "postgres" && (submit_batch, rate, history, running) == (0, 0, 0, 0) {
                 let mut cmd = drain(0);
                 cmd.args(["--metrics", "on"]);
                 let what = "onestep on postgres with metrics";
@@ -600,8 +613,12 @@ fn summary(lines: &[Value]) -> String {
                 "steady {}/s",
                 line.get("rate").and_then(Value::as_u64).unwrap_or_default()
             ),
-            Some(0) => match line.get("history").and_then(Value::as_u64) {
-                Some(h) if h > 0 => format!("one by one, {h} finished rows already"),
+            Some(0) => match (
+                line.get("history").and_then(Value::as_u64),
+                line.get("running").and_then(Value::as_u64),
+            ) {
+                (Some(h), _) if h > 0 => format!("one by one, {h} finished rows already"),
+                (_, Some(r)) if r > 0 => format!("one by one, {r} others running"),
                 _ => "one by one".to_string(),
             },
             Some(n) => format!("submit_many({n})"),
@@ -679,6 +696,8 @@ mod tests {
         assert_eq!(o.rounds, 5);
         let o = BenchOptions::from_args(&args(&["--history", "1000000"])).unwrap();
         assert_eq!(o.history, 1_000_000);
+        let o = BenchOptions::from_args(&args(&["--running", "10000"])).unwrap();
+        assert_eq!(o.running, 10_000);
         assert!(!o.scale_out);
         assert!(
             BenchOptions::from_args(&args(&["--scale-out"]))

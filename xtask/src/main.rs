@@ -57,7 +57,7 @@ commands:
                                       packages; --no-package: skip packaging)
   release-plan                        the ordered release plan: crate, old -> new version, why
   bench [--throwaway-servers] [--peers] [--n N] [--reference-n N] [--concurrency N] [--batch N]
-        [--prefetch N] [--steady-rate N] [--steady-seconds N] [--history N] [--rounds N]
+        [--prefetch N] [--steady-rate N] [--steady-seconds N] [--history N] [--running N] [--rounds N]
         [--scale-out]                 burn-down benchmark on PostgreSQL, MariaDB and SQLite
                                       (--peers: also the Python reference and graphile-worker;
                                       --rounds: paired ceiling/drain rounds, default 3;

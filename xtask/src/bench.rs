@@ -196,7 +196,9 @@ pub fn run(server_options: Options, options: &BenchOptions) -> Result<()> {
         println!("\n{cost}");
     }
     if let Some(rounds) = pairs::summary(&lines) {
-        println!("\nThe ceiling and our drains in adjacent runs, round by round:\n\n{rounds}");
+        println!(
+            "\nOur drains beside the ceiling (and the reference) in adjacent runs, round by round:\n\n{rounds}"
+        );
     }
     if lines
         .iter()
@@ -341,7 +343,9 @@ fn run_all(
             options.batch,
         )?);
     }
-    // The ratios to the ceilings again, from runs side by side, several rounds.
+    // The ratios to the ceilings again, from runs side by side, several rounds; with --peers,
+    // to the Python reference too.
+    let script = root.join("bench/peers/run.sh");
     let setup = pairs::Setup {
         burndown,
         examples: &examples,
@@ -350,6 +354,9 @@ fn run_all(
         n: options.n,
         concurrency: options.concurrency,
         batch: options.batch,
+        reference: options
+            .peers
+            .then_some((script.as_path(), options.reference_n)),
     };
     lines.extend(pairs::run(
         &setup,
@@ -388,7 +395,6 @@ fn run_all(
     lines.push(line);
     if options.peers {
         let script = root.join("bench/peers/run.sh");
-        let peer_mariadb = mariadb.replacen("mysql://", "mysql+asyncmy://", 1);
         let runs = [
             ("reference", "postgres", options.reference_n, "default"),
             ("reference", "mariadb", options.reference_n, "default"),
@@ -396,13 +402,7 @@ fn run_all(
             ("graphile", "postgres", options.n, "batch"),
         ];
         for (peer, backend, n, mode) in runs {
-            let mut cmd = Command::new("bash");
-            cmd.arg(&script)
-                .args([peer, backend, &n.to_string(), mode])
-                .env("PG_URL", &postgres)
-                .env("MARIADB_URL", &peer_mariadb)
-                // The build is finished and nothing else of ours runs: no need to wait.
-                .env("WAIT_FOR_IDLE", "0");
+            let cmd = peer_command(&script, (peer, backend, n, mode), (&postgres, &mariadb));
             let what = format!("{peer} on {backend} ({mode})");
             let system = peer_label(peer, mode);
             lines.push(labeled_run(cmd, &what, &system, backend, &[])?);
@@ -454,10 +454,34 @@ fn run_all(
     Ok(lines)
 }
 
+/// The system name of the Python reference's runs.
+pub const REFERENCE: &str = "onestep (Python reference)";
+
+/// The command of one peer run (`bench/peers/run.sh`): `peer` (`reference` or `graphile`) on
+/// `backend` (`postgres` or `mariadb`), `n` executions, in `mode`, against the servers at
+/// `postgres` and `mariadb` (our URLs; the reference's MariaDB driver is named in its own).
+pub fn peer_command(
+    script: &Path,
+    (peer, backend, n, mode): (&str, &str, usize, &str),
+    (postgres, mariadb): (&str, &str),
+) -> Command {
+    let mut cmd = Command::new("bash");
+    cmd.arg(script)
+        .args([peer, backend, &n.to_string(), mode])
+        .env("PG_URL", postgres)
+        .env(
+            "MARIADB_URL",
+            mariadb.replacen("mysql://", "mysql+asyncmy://", 1),
+        )
+        // The build is finished and nothing else of ours runs: no need to wait.
+        .env("WAIT_FOR_IDLE", "0");
+    cmd
+}
+
 /// The name a peer run gets in the summary.
 fn peer_label(peer: &str, mode: &str) -> String {
     match (peer, mode) {
-        ("reference", _) => "onestep (Python reference)".to_string(),
+        ("reference", _) => REFERENCE.to_string(),
         ("graphile", "batch") => "graphile-worker (batched)".to_string(),
         ("graphile", _) => "graphile-worker (default)".to_string(),
         (other, mode) => format!("{other} ({mode})"),
@@ -642,10 +666,7 @@ fn summary(lines: &[Value]) -> String {
         let ours = text("system").starts_with("onestep (Rust)");
         let (vs_reference, vs_graphile, vs_ceiling) = if ours && !steady {
             (
-                ratio(
-                    drained(line),
-                    peer_drain("onestep (Python reference)", text("server")),
-                ),
+                ratio(drained(line), peer_drain(REFERENCE, text("server"))),
                 ratio(
                     drained(line),
                     peer_drain("graphile-worker (batched)", text("server")),

@@ -4,6 +4,10 @@
 //! changes do (the same binary has used 109 and 259 µs of busy CPU per execution in consecutive
 //! runs), so one ceiling and one drain a few minutes apart can put the ratio 0.1–0.2 off; the
 //! median of ratios from adjacent runs does not move with the hour.
+//!
+//! With `--peers` the Python reference runs in every round too, on the other side of our drains
+//! from the ceiling, so the ratio to the reference is taken within each round as well: the
+//! reference's own drain moved 112–134/s between two runs ten minutes apart.
 
 use std::path::Path;
 
@@ -40,6 +44,9 @@ pub struct Setup<'a> {
     pub concurrency: usize,
     /// See `concurrency`.
     pub batch: usize,
+    /// With `--peers`: `bench/peers/run.sh` and the executions of each reference run, which
+    /// then runs in every round too.
+    pub reference: Option<(&'a Path, usize)>,
 }
 
 impl Setup<'_> {
@@ -73,7 +80,8 @@ pub fn pairs(scale_out: bool) -> Vec<Pair<'static>> {
 }
 
 /// Runs `rounds` rounds; in each, every server's ceiling and its comparisons, the ceiling first
-/// in odd rounds and last in even ones. Every line carries [`ROUND`].
+/// in odd rounds and last in even ones, and the reference (when set up) at the other end. Every
+/// line carries [`ROUND`].
 pub fn run(setup: &Setup<'_>, pairs: &[Pair<'_>], rounds: usize) -> Result<Vec<Value>> {
     let mut lines = Vec::new();
     for round in 1..=rounds {
@@ -83,18 +91,23 @@ pub fn run(setup: &Setup<'_>, pairs: &[Pair<'_>], rounds: usize) -> Result<Vec<V
                 continue;
             }
             let ceiling_first = !round.is_multiple_of(2);
-            if ceiling_first {
-                lines.push(ceiling_run(setup, server, round)?);
-            }
+            lines.extend(end_run(setup, server, round, ceiling_first)?);
             for pair in &ours {
                 lines.push(our_run(setup, pair, round)?);
             }
-            if !ceiling_first {
-                lines.push(ceiling_run(setup, server, round)?);
-            }
+            lines.extend(end_run(setup, server, round, !ceiling_first)?);
         }
     }
     Ok(lines)
+}
+
+/// The run at one end of a round's drains: the ceiling, or else the reference if set up.
+fn end_run(setup: &Setup<'_>, server: &str, round: usize, ceiling: bool) -> Result<Option<Value>> {
+    match (ceiling, setup.reference) {
+        (true, _) => ceiling_run(setup, server, round).map(Some),
+        (false, Some(reference)) => reference_run(setup, reference, server, round).map(Some),
+        (false, None) => Ok(None),
+    }
 }
 
 fn ceiling_run(setup: &Setup<'_>, server: &str, round: usize) -> Result<Value> {
@@ -104,6 +117,23 @@ fn ceiling_run(setup: &Setup<'_>, server: &str, round: usize) -> Result<Value> {
     };
     let dsn = setup.dsn(server);
     let mut line = ceiling::run(&setup.examples.join(binary), dsn, server, setup.n)?;
+    mark(&mut line, round);
+    Ok(line)
+}
+
+fn reference_run(
+    setup: &Setup<'_>,
+    (script, n): (&Path, usize),
+    server: &str,
+    round: usize,
+) -> Result<Value> {
+    let cmd = super::peer_command(
+        script,
+        ("reference", server, n, "default"),
+        (setup.postgres, setup.mariadb),
+    );
+    let what = format!("round {round}: the Python reference on {server}");
+    let mut line = super::labeled_run(cmd, &what, super::REFERENCE, server, &[])?;
     mark(&mut line, round);
     Ok(line)
 }
@@ -136,55 +166,79 @@ pub fn is_paired(line: &Value) -> bool {
     line.get(ROUND).is_some()
 }
 
-/// A Markdown table of the paired rounds: for each comparison, the ratio in every round and
-/// their median; `None` when no line is paired.
+/// Markdown tables of the paired rounds: for each of our drains, its ratio to the ceiling in
+/// every round and their median, then the same against the reference when it ran in the rounds;
+/// `None` when no line is paired.
 pub fn summary(lines: &[Value]) -> Option<String> {
     let paired: Vec<&Value> = lines.iter().filter(|l| is_paired(l)).collect();
     if paired.is_empty() {
         return None;
     }
-    let text = |l: &Value, k: &str| l.get(k).and_then(Value::as_str).unwrap_or("?").to_string();
-    let round = |l: &Value| l.get(ROUND).and_then(Value::as_u64).unwrap_or(0);
-    let drained = |l: &Value| l.get("drain_per_s").and_then(Value::as_f64);
     // Our systems in the order they first ran, each with its server.
-    let mut systems: Vec<(String, String)> = Vec::new();
+    let mut ours: Vec<(String, String)> = Vec::new();
     for l in &paired {
         let key = (text(l, "system"), text(l, "server"));
-        if key.0 != ceiling::SYSTEM && !systems.contains(&key) {
-            systems.push(key);
+        if key.0 != ceiling::SYSTEM && key.0 != super::REFERENCE && !ours.contains(&key) {
+            ours.push(key);
         }
     }
-    let mut out = String::from(
-        "| system | server | drained vs ceiling, each round (ours / ceiling drained/s) | median |\n\
+    let mut out = table(&paired, &ours, (ceiling::SYSTEM, "ceiling"), 2);
+    if paired.iter().any(|l| text(l, "system") == super::REFERENCE) {
+        out.push('\n');
+        out.push_str(&table(&paired, &ours, (super::REFERENCE, "reference"), 1));
+    }
+    Some(out)
+}
+
+fn text(line: &Value, key: &str) -> String {
+    line.get(key)
+        .and_then(Value::as_str)
+        .unwrap_or("?")
+        .to_string()
+}
+
+/// One table of [`summary`]: each of `ours` against the `baseline` system (its name, and the
+/// word for it in the heading) of the same round and server, ratios with `digits` decimals.
+fn table(
+    paired: &[&Value],
+    ours: &[(String, String)],
+    (baseline, word): (&str, &str),
+    digits: usize,
+) -> String {
+    let round = |l: &Value| l.get(ROUND).and_then(Value::as_u64).unwrap_or(0);
+    let drained = |l: &Value| l.get("drain_per_s").and_then(Value::as_f64);
+    let mut out = format!(
+        "| system | server | drained vs {word}, each round (ours / {word} drained/s) | median |\n\
          |---|---|---|---:|\n",
     );
-    for (system, server) in systems {
+    for (system, server) in ours {
         let mut ratios = Vec::new();
         let mut cells = Vec::new();
         for l in paired
             .iter()
-            .filter(|l| text(l, "system") == system && text(l, "server") == server)
+            .filter(|l| &text(l, "system") == system && &text(l, "server") == server)
         {
-            let ceiling = paired.iter().find(|c| {
-                text(c, "system") == ceiling::SYSTEM
-                    && text(c, "server") == server
+            let theirs = paired.iter().find(|c| {
+                text(c, "system") == baseline
+                    && &text(c, "server") == server
                     && round(c) == round(l)
             });
-            match (drained(l), ceiling.and_then(|c| drained(c))) {
-                (Some(ours), Some(bare)) if bare > 0.0 => {
-                    ratios.push(ours / bare);
-                    cells.push(format!("{:.2}× ({ours:.0} / {bare:.0})", ours / bare));
+            match (drained(l), theirs.and_then(|c| drained(c))) {
+                (Some(mine), Some(base)) if base > 0.0 => {
+                    ratios.push(mine / base);
+                    cells.push(format!("{:.digits$}× ({mine:.0} / {base:.0})", mine / base));
                 }
                 _ => cells.push("–".to_string()),
             }
         }
-        let median = median(&mut ratios).map_or_else(|| "–".to_string(), |m| format!("{m:.2}×"));
+        let median =
+            median(&mut ratios).map_or_else(|| "–".to_string(), |m| format!("{m:.digits$}×"));
         out.push_str(&format!(
             "| {system} | {server} | {} | {median} |\n",
             cells.join(", ")
         ));
     }
-    Some(out)
+    out
 }
 
 /// The median of `values` (the mean of the middle two for an even count), `None` if empty.
@@ -247,6 +301,38 @@ mod tests {
         );
         assert_eq!(table.lines().count(), 4, "{table}");
         assert_eq!(summary(&lines[9..]), None);
+    }
+
+    #[test]
+    fn with_the_reference_in_the_rounds_a_second_table_compares_with_it() {
+        let one = scale::system(1);
+        let lines = vec![
+            line(ceiling::SYSTEM, "postgres", 1, 20_000.0),
+            line(&one, "postgres", 1, 16_000.0),
+            line(crate::bench::REFERENCE, "postgres", 1, 125.0),
+            line(crate::bench::REFERENCE, "postgres", 2, 100.0),
+            line(&one, "postgres", 2, 15_000.0),
+            line(ceiling::SYSTEM, "postgres", 2, 18_750.0),
+        ];
+        let tables = summary(&lines).unwrap();
+        assert!(
+            tables.contains("| onestep (Rust), 1 worker | postgres | 0.80× (16000 / 20000), 0.80× (15000 / 18750) | 0.80× |"),
+            "{tables}"
+        );
+        assert!(
+            tables.contains("| drained vs reference, each round (ours / reference drained/s) |"),
+            "{tables}"
+        );
+        assert!(
+            tables.contains("| onestep (Rust), 1 worker | postgres | 128.0× (16000 / 125), 150.0× (15000 / 100) | 139.0× |"),
+            "{tables}"
+        );
+        // The reference is a baseline, never a row of ours.
+        assert!(
+            !tables.contains("| onestep (Python reference) |"),
+            "{tables}"
+        );
+        assert_eq!(tables.lines().count(), 7, "{tables}");
     }
 
     #[test]

@@ -87,11 +87,23 @@ pub fn server_cost(lines: &[Value]) -> Option<String> {
         // A peer's script says what its drain was (graphile-worker's).
         let drain = match (line.get("drain_shape"), line.get("concurrency")) {
             (Some(_), _) => text("drain_shape"),
-            (None, Some(c)) => format!(
-                "concurrency {c}, batch {}, submit batch {}",
-                text("batch"),
-                text("submit_batch")
-            ),
+            (None, Some(c)) => {
+                let mut drain = format!(
+                    "concurrency {c}, batch {}, submit batch {}",
+                    text("batch"),
+                    text("submit_batch")
+                );
+                for (key, what) in [
+                    ("history", "finished rows already"),
+                    ("running", "others running"),
+                ] {
+                    match line.get(key).and_then(Value::as_u64) {
+                        Some(n) if n > 0 => drain.push_str(&format!(", {n} {what}")),
+                        _ => {}
+                    }
+                }
+                drain
+            }
             (None, None) => format!(
                 "{} connections, batch {}",
                 text("connections"),
@@ -126,6 +138,8 @@ mod tests {
             serde_json::json!({"backend": "postgres", "concurrency": 64, "batch": 100, "submit_batch": 1000,
                 "write_transactions_per_1000_executions": 71.5, "wal_bytes_per_execution": 2210.0}),
             serde_json::json!({"backend": "sqlite", "concurrency": 64, "batch": 100}),
+            serde_json::json!({"backend": "postgres", "concurrency": 64, "batch": 100, "submit_batch": 0,
+                "history": 0, "running": 10000, "write_transactions_per_1000_executions": 21.0}),
             serde_json::json!({"system": "graphile-worker (batched)",
                 "drain_shape": "1 process, concurrency 24, local queue 500, batched completions",
                 "write_transactions_per_1000_executions": 4.0, "wal_bytes_per_execution": 495,
@@ -150,7 +164,13 @@ mod tests {
             ),
             "{table}"
         );
-        assert_eq!(table.lines().count(), 5, "{table}");
+        assert!(
+            table.contains(
+                "| onestep (Rust) | concurrency 64, batch 100, submit batch 0, 10000 others running | 21.0 |"
+            ),
+            "{table}"
+        );
+        assert_eq!(table.lines().count(), 6, "{table}");
         assert_eq!(server_cost(&lines[2..3]), None);
     }
 

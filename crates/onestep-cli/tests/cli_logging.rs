@@ -3,7 +3,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::PathBuf;
-use std::process::{Command, Output, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -53,11 +53,15 @@ fn one_report(flags: &[&str]) -> (String, Vec<String>) {
         }
     };
     let submitted = until_ok(&["submit", "report", r#"{"month": "2026-12"}"#]);
-    assert!(submitted.status.success(), "{submitted:?}");
+    if !submitted.status.success() {
+        panic!("{}", gave_up(worker, "submit", &submitted));
+    }
     let printed = String::from_utf8_lossy(&submitted.stdout).to_string();
     let id = printed.split_whitespace().next().unwrap().to_string();
     let result = until_ok(&["result", &id]);
-    assert!(result.status.success(), "{result:?}");
+    if !result.status.success() {
+        panic!("{}", gave_up(worker, "result", &result));
+    }
     Command::new("kill")
         .args(["-TERM", &worker.id().to_string()])
         .status()
@@ -69,6 +73,25 @@ fn one_report(flags: &[&str]) -> (String, Vec<String>) {
         .map(str::to_string)
         .collect();
     (id, lines)
+}
+
+/// Stops `worker` and says why the test gave up on it: the last `onestep executions {what}`
+/// call's output, and whether the worker was still running and what it printed.
+fn gave_up(mut worker: Child, what: &str, last: &Output) -> String {
+    let running = worker.try_wait().unwrap().is_none();
+    worker.kill().unwrap();
+    let out = worker.wait_with_output().unwrap();
+    format!(
+        "`onestep executions {what}` did not succeed within 30 s: {last:?}\n\
+         the worker ({}): stdout:\n{}\nstderr:\n{}",
+        if running {
+            "still running, killed".to_string()
+        } else {
+            format!("had exited: {}", out.status)
+        },
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
 }
 
 #[test]

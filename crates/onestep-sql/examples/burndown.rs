@@ -137,6 +137,25 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[i.min(sorted.len() - 1)]
 }
 
+/// Submits the requests `request` makes for `0..n` with `submit_many`, 1,000 at a time; any
+/// request refused is an error.
+async fn submit_in_chunks<D: Dialect>(
+    backend: &SqlExecutionBackend<D>,
+    n: usize,
+    request: impl Fn(usize) -> Result<ExecutionRequest, ExecutionError>,
+) -> Result<(), Box<dyn std::error::Error>> {
+    for chunk in (0..n).collect::<Vec<_>>().chunks(1000) {
+        let requests = chunk
+            .iter()
+            .map(|&i| request(i))
+            .collect::<Result<Vec<_>, _>>()?;
+        for r in backend.submit_many(requests).await? {
+            r?;
+        }
+    }
+    Ok(())
+}
+
 /// Puts `n` finished (`succeeded`) executions of the benchmark's own task in the table: submitted
 /// through the backend (so every index holds them as it would after real use), then finished by
 /// one portable UPDATE (their payload stands in for the result).
@@ -147,22 +166,15 @@ async fn fill_history<D: Dialect>(
     n: usize,
 ) -> Result<(), Box<dyn std::error::Error>> {
     let started = Instant::now();
-    for chunk in (0..n).collect::<Vec<_>>().chunks(1000) {
-        let requests = chunk
-            .iter()
-            .map(|i| {
-                ExecutionRequest::new(
-                    ns,
-                    "noop",
-                    json!({"h": i}),
-                    SubmitOptions::default().idempotency_key(format!("h{i}")),
-                )
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        for r in backend.submit_many(requests).await? {
-            r?;
-        }
-    }
+    submit_in_chunks(backend, n, |i| {
+        ExecutionRequest::new(
+            ns,
+            "noop",
+            json!({"h": i}),
+            SubmitOptions::default().idempotency_key(format!("h{i}")),
+        )
+    })
+    .await?;
     let pool = backend.connector().pool()?;
     let mut tx = D::begin(&pool).await?;
     D::execute(
@@ -207,15 +219,10 @@ async fn hold_running<D: Dialect>(
     n: usize,
 ) -> Result<(), Box<dyn std::error::Error>> {
     let started = Instant::now();
-    for chunk in (0..n).collect::<Vec<_>>().chunks(1000) {
-        let requests = chunk
-            .iter()
-            .map(|i| ExecutionRequest::new(ns, "long", json!({"l": i}), SubmitOptions::default()))
-            .collect::<Result<Vec<_>, _>>()?;
-        for r in backend.submit_many(requests).await? {
-            r?;
-        }
-    }
+    submit_in_chunks(backend, n, |i| {
+        ExecutionRequest::new(ns, "long", json!({"l": i}), SubmitOptions::default())
+    })
+    .await?;
     let mut held = 0;
     while held < n {
         let hour = Duration::from_secs(3600);

@@ -150,6 +150,7 @@ SELECT (SELECT count(*) FROM done), (SELECT count(*) FROM ended)";
 /// does not look at the attempts itself: that semi-join cost more planning than the rest of the
 /// statement (planned per call, like the batch lock) on every batch, for a case that is never
 /// reached.
+///
 /// Each update reaches its rows by primary-key probes only, whatever the tables' statistics say:
 /// the fences are inside a `CASE` (see the `sql` module's docs), and the ids are matched as
 /// `id = ANY(ARRAY[…])`, which the planner can use as an index condition but not hash or merge

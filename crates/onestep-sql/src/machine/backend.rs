@@ -11,8 +11,12 @@ impl<D: Dialect> ExecutionBackend for SqlExecutionBackend<D> {
         D::NAME
     }
 
+    /// Connects and creates or checks the tables. A transient failure is tried again, as every
+    /// transaction's is: on SQLite, a process opening a brand-new database file at the same
+    /// moment as another (a CLI submit racing a starting worker) can get `database is locked`
+    /// at once, without the busy timeout's wait, and the worker used to exit on it.
     async fn open(&self) -> ExecutionResult<()> {
-        self.pool().await?;
+        retry_transient(|| self.pool()).await?;
         self.inner.opens.fetch_add(1, Ordering::SeqCst);
         Ok(())
     }

@@ -394,7 +394,6 @@ fn run_all(
     println!("{line}");
     lines.push(line);
     if options.peers {
-        let script = root.join("bench/peers/run.sh");
         let runs = [
             ("reference", "postgres", options.reference_n, "default"),
             ("reference", "mariadb", options.reference_n, "default"),
@@ -476,6 +475,21 @@ pub fn peer_command(
         // The build is finished and nothing else of ours runs: no need to wait.
         .env("WAIT_FOR_IDLE", "0");
     cmd
+}
+
+/// What a burn-down's tables held besides its own executions (`burndown --history` and
+/// `--running`), as `, N finished rows already, M others running`; empty for neither.
+pub fn already_in_the_tables(line: &Value) -> String {
+    [
+        ("history", "finished rows already"),
+        ("running", "others running"),
+    ]
+    .iter()
+    .filter_map(|(key, what)| match line.get(key).and_then(Value::as_u64) {
+        Some(n) if n > 0 => Some(format!(", {n} {what}")),
+        _ => None,
+    })
+    .collect()
 }
 
 /// The name a peer run gets in the summary.
@@ -637,14 +651,7 @@ fn summary(lines: &[Value]) -> String {
                 "steady {}/s",
                 line.get("rate").and_then(Value::as_u64).unwrap_or_default()
             ),
-            Some(0) => match (
-                line.get("history").and_then(Value::as_u64),
-                line.get("running").and_then(Value::as_u64),
-            ) {
-                (Some(h), _) if h > 0 => format!("one by one, {h} finished rows already"),
-                (_, Some(r)) if r > 0 => format!("one by one, {r} others running"),
-                _ => "one by one".to_string(),
-            },
+            Some(0) => format!("one by one{}", already_in_the_tables(line)),
             Some(n) => format!("submit_many({n})"),
             None => line
                 .get("settings")
@@ -735,6 +742,25 @@ mod tests {
         assert!(err.to_string().contains("--batch needs a value"), "{err}");
         let err = BenchOptions::from_args(&args(&["--fast"])).unwrap_err();
         assert!(err.to_string().contains("unknown argument"), "{err}");
+    }
+
+    #[test]
+    fn a_drain_names_what_its_tables_already_held() {
+        let line = |history: u64, running: u64| serde_json::json!({"submit_batch": 0, "history": history, "running": running});
+        assert_eq!(already_in_the_tables(&line(0, 0)), "");
+        assert_eq!(
+            already_in_the_tables(&line(1_000_000, 0)),
+            ", 1000000 finished rows already"
+        );
+        assert_eq!(
+            already_in_the_tables(&line(0, 10_000)),
+            ", 10000 others running"
+        );
+        assert_eq!(
+            already_in_the_tables(&serde_json::json!({"submit_batch": 0})),
+            "",
+            "lines from before --history and --running"
+        );
     }
 
     #[test]

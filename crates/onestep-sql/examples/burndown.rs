@@ -223,9 +223,9 @@ async fn hold_running<D: Dialect>(
         ExecutionRequest::new(ns, "long", json!({"l": i}), SubmitOptions::default())
     })
     .await?;
+    let hour = Duration::from_secs(3600);
     let mut held = 0;
     while held < n {
-        let hour = Duration::from_secs(3600);
         let claimed = backend
             .claim(ns, &["long".to_string()], 1000, hour, "holder")
             .await?;

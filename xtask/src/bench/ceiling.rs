@@ -87,23 +87,12 @@ pub fn server_cost(lines: &[Value]) -> Option<String> {
         // A peer's script says what its drain was (graphile-worker's).
         let drain = match (line.get("drain_shape"), line.get("concurrency")) {
             (Some(_), _) => text("drain_shape"),
-            (None, Some(c)) => {
-                let mut drain = format!(
-                    "concurrency {c}, batch {}, submit batch {}",
-                    text("batch"),
-                    text("submit_batch")
-                );
-                for (key, what) in [
-                    ("history", "finished rows already"),
-                    ("running", "others running"),
-                ] {
-                    match line.get(key).and_then(Value::as_u64) {
-                        Some(n) if n > 0 => drain.push_str(&format!(", {n} {what}")),
-                        _ => {}
-                    }
-                }
-                drain
-            }
+            (None, Some(c)) => format!(
+                "concurrency {c}, batch {}, submit batch {}{}",
+                text("batch"),
+                text("submit_batch"),
+                super::already_in_the_tables(line)
+            ),
             (None, None) => format!(
                 "{} connections, batch {}",
                 text("connections"),

@@ -115,8 +115,10 @@ pub struct BatchPaths<D: Dialect> {
     /// as one JSON array text, namespace, task name. Returns all execution columns.
     pub rows_by_keys: &'static str,
     /// Inserts a batch of new executions, run by `run_insert_many`. A row whose idempotency key
-    /// (or id) is taken is skipped, not an error: the state machine compares the row count
-    /// with the rows it sent, and reads the stored keys only when they differ.
+    /// (or id) is taken fails the statement with a unique violation (no `ON CONFLICT`, whose
+    /// speculative insertion costs a quarter of the insert): the state machine then rolls the
+    /// batch back and goes again with the stored keys read first. It also checks the row count
+    /// against the rows it sent.
     pub insert_many: &'static str,
     /// How `id` matches a batch of ids bound as one comma-separated text (batched completions
     /// and heartbeats lock their rows with it); PostgreSQL's is

@@ -279,9 +279,14 @@ fn is_unique_violation(err: &ExecutionError) -> bool {
             .cause
             .as_deref()
             .and_then(|cause| cause.downcast_ref::<sqlx::Error>())
-            .is_some_and(|e| matches!(e, sqlx::Error::Database(d) if d.is_unique_violation())),
+            .is_some_and(is_unique),
         _ => false,
     }
+}
+
+/// Whether a database error is a unique violation (a taken key or id).
+fn is_unique(err: &sqlx::Error) -> bool {
+    matches!(err, sqlx::Error::Database(d) if d.is_unique_violation())
 }
 
 /// The most rows one claim takes: keeps its statements under every dialect's bind limit.

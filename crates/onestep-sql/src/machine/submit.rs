@@ -132,7 +132,7 @@ impl<D: Dialect> SqlExecutionBackend<D> {
                 row.to_execution()
             }
             Err(err) => {
-                let unique = matches!(&err, sqlx::Error::Database(e) if e.is_unique_violation());
+                let unique = is_unique(&err);
                 let Some(key) = request.idempotency_key.as_ref().filter(|_| unique) else {
                     return Err(db::<D>(op)(err));
                 };
@@ -261,11 +261,10 @@ impl<D: Dialect> SqlExecutionBackend<D> {
     /// whole on a unique violation (a concurrent submit of the same key); the caller then falls
     /// back to one-by-one submits.
     ///
-    /// With `look_up_keys` false (only where the dialect has `BatchPaths::insert_many`, which skips a row
-    /// whose key is taken) the keys are not read first: every request is taken for new, which
-    /// saves the look-up on a bulk import of new keys. `Ok(None)` (rolled back) when a row was
-    /// skipped, that is when a key was taken after all, or in look-up mode, taken by a
-    /// concurrent submit.
+    /// With `look_up_keys` false (only where the dialect has `BatchPaths::insert_many`) the keys
+    /// are not read first: every request is taken for new, which saves the look-up on a bulk
+    /// import of new keys. `Ok(None)` (rolled back) when a key was taken after all (the insert
+    /// failed on it, or skipped a row).
     pub(super) async fn submit_batch(
         &self,
         requests: &[ExecutionRequest],
@@ -406,9 +405,12 @@ impl<D: Dialect> SqlExecutionBackend<D> {
                     (&self.inner.statements.insert_many, D::BATCH_PATHS)
                 {
                     let rows: Vec<&ExecutionRow> = chunk.iter().map(|(_, row)| row).collect();
-                    let inserted = (paths.run_insert_many)(&mut tx, sql, &rows)
-                        .await
-                        .map_err(db::<D>(op))?;
+                    let inserted = match (paths.run_insert_many)(&mut tx, sql, &rows).await {
+                        Ok(inserted) => inserted,
+                        // A stored key, found without the look-up: go again with it.
+                        Err(err) if !look_up_keys && is_unique(&err) => return Ok(None),
+                        Err(err) => return Err(db::<D>(op)(err)),
+                    };
                     if inserted != chunk.len() as u64 {
                         return Ok(None);
                     }

@@ -28,8 +28,15 @@
 //! (issue 21's graphile-worker arithmetic, `docs/benchmarks.md`); neither is what the reference
 //! or our worker writes.
 //!
+//! `--one-completer IN_FLIGHT` drains in a worker's shape instead: the `--connections` only
+//! claim, and one more connection completes, in one transaction, every batch claimed since its
+//! last, with at most `IN_FLIGHT` rows claimed and not yet completed (a worker of 128 slots
+//! holds up to 384). It measures what that shape allows on this schema with no runtime: one
+//! completion writer, claims decoupled from completions (which handlers of any length need).
+//!
 //! `cargo run --release -p onestep-sql --example ceiling -- --dsn postgres://… [--n 20000]
-//! [--connections 2] [--batch 100] [--combined] [--attempts at-claim|at-end|none]`
+//! [--connections 2] [--batch 100] [--combined] [--attempts at-claim|at-end|none]
+//! [--one-completer IN_FLIGHT]`
 
 #[path = "support/allocator.rs"]
 mod allocator;
@@ -42,6 +49,7 @@ use support::{Args, AttemptWrites, Drained, Error, NAMESPACE, TASK};
 
 use std::collections::HashMap;
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Instant;
 
 use onestep_core::execution::ExecutionBackend;
@@ -53,6 +61,7 @@ use sqlx::postgres::{PgConnectOptions, PgConnection};
 use sqlx::types::Json;
 use sqlx::{Connection, Row};
 use time::OffsetDateTime;
+use tokio::sync::{Semaphore, mpsc};
 use uuid::Uuid;
 
 /// The system name in the JSON line (and in `cargo xtask bench`'s table).
@@ -168,6 +177,64 @@ async fn complete_batch(
     Ok(())
 }
 
+/// Claims up to `batch` ready rows in `conn`'s transaction with the backend's claim statement,
+/// bound as the backend binds it; an empty batch when none is ready.
+async fn claim_batch(
+    conn: &mut PgConnection,
+    claim: &str,
+    worker_id: &str,
+    batch: usize,
+) -> Result<Claimed, Error> {
+    // The caller's lease tokens and attempt ids, paired with the locked rows by position
+    // (as the backend does: `uuid4` tokens, UUIDv7 attempt ids).
+    let fresh: Vec<(Uuid, Uuid)> = (0..batch)
+        .map(|_| (Uuid::new_v4(), Uuid::now_v7()))
+        .collect();
+    let list = |pick: fn(&(Uuid, Uuid)) -> Uuid| {
+        fresh
+            .iter()
+            .map(|f| pick(f).to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    let none = None::<OffsetDateTime>;
+    // The backend's parameters with no injected clock: the statement reads the transaction's
+    // time wherever a `now` is NULL.
+    let rows = sqlx::query(claim)
+        .persistent(is_stable(claim))
+        .bind(NAMESPACE)
+        .bind(TASK)
+        .bind(none)
+        .bind(none)
+        .bind(i64::try_from(batch)?)
+        .bind(list(|f| f.0))
+        .bind(list(|f| f.1))
+        .bind(none)
+        .bind(none)
+        .bind(LEASE_MICROS)
+        .bind(worker_id)
+        .bind(none)
+        .bind(none)
+        .fetch_all(&mut *conn)
+        .await?;
+    let attempt_of: HashMap<Uuid, Uuid> = fresh.into_iter().collect();
+    let mut claimed = Claimed::default();
+    for row in &rows {
+        let id: Uuid = row.try_get("id")?;
+        let token: Option<Uuid> = row.try_get("lease_token")?;
+        // The handler's input, decoded as a worker would before running it.
+        let payload: Json<Value> = row.try_get("payload")?;
+        std::hint::black_box(payload);
+        let (token, attempt_id) = token
+            .and_then(|t| attempt_of.get(&t).map(|a| (t, *a)))
+            .ok_or_else(|| format!("claim returned execution {id} without a lease of ours"))?;
+        claimed.ids.push(id);
+        claimed.tokens.push(token);
+        claimed.attempt_ids.push(attempt_id);
+    }
+    Ok(claimed)
+}
+
 /// One connection's loop: claim a batch, complete it, until a claim finds nothing. `combined`:
 /// complete each batch in the next claim's transaction instead of in its own.
 async fn drain(
@@ -177,69 +244,22 @@ async fn drain(
     batch: usize,
     combined: bool,
 ) -> Result<Drained, Error> {
-    let worker_id = complete.worker_id.clone();
     let mut drained = Drained::default();
-    let limit = i64::try_from(batch)?;
     let ok = json!({"ok": true});
     let mut pending: Option<Claimed> = None;
     loop {
-        // The caller's lease tokens and attempt ids, paired with the locked rows by position
-        // (as the backend does: `uuid4` tokens, UUIDv7 attempt ids).
-        let fresh: Vec<(Uuid, Uuid)> = (0..batch)
-            .map(|_| (Uuid::new_v4(), Uuid::now_v7()))
-            .collect();
-        let list = |pick: fn(&(Uuid, Uuid)) -> Uuid| {
-            fresh
-                .iter()
-                .map(|f| pick(f).to_string())
-                .collect::<Vec<_>>()
-                .join(",")
-        };
-        let none = None::<OffsetDateTime>;
         let mut tx = conn.begin().await?;
         if let Some(done) = pending.take() {
             complete_batch(&mut tx, &complete, &done, &ok).await?;
+            drained.completions += 1;
         }
-        // The backend's parameters with no injected clock: the statement reads the
-        // transaction's time wherever a `now` is NULL.
-        let rows = sqlx::query(&claim)
-            .persistent(is_stable(&claim))
-            .bind(NAMESPACE)
-            .bind(TASK)
-            .bind(none)
-            .bind(none)
-            .bind(limit)
-            .bind(list(|f| f.0))
-            .bind(list(|f| f.1))
-            .bind(none)
-            .bind(none)
-            .bind(LEASE_MICROS)
-            .bind(worker_id.as_str())
-            .bind(none)
-            .bind(none)
-            .fetch_all(&mut *tx)
-            .await?;
+        let claimed = claim_batch(&mut tx, &claim, &complete.worker_id, batch).await?;
         tx.commit().await?;
-        if rows.is_empty() {
+        if claimed.ids.is_empty() {
             return Ok(drained);
         }
         drained.claims += 1;
-        let attempt_of: HashMap<Uuid, Uuid> = fresh.into_iter().collect();
-        let mut claimed = Claimed::default();
-        for row in &rows {
-            let id: Uuid = row.try_get("id")?;
-            let token: Option<Uuid> = row.try_get("lease_token")?;
-            // The handler's input, decoded as a worker would before running it.
-            let payload: Json<Value> = row.try_get("payload")?;
-            std::hint::black_box(payload);
-            let (token, attempt_id) = token
-                .and_then(|t| attempt_of.get(&t).map(|a| (t, *a)))
-                .ok_or_else(|| format!("claim returned execution {id} without a lease of ours"))?;
-            claimed.ids.push(id);
-            claimed.tokens.push(token);
-            claimed.attempt_ids.push(attempt_id);
-        }
-        drained.executions += rows.len();
+        drained.executions += claimed.ids.len();
         if combined {
             pending = Some(claimed);
             continue;
@@ -247,7 +267,68 @@ async fn drain(
         let mut tx = conn.begin().await?;
         complete_batch(&mut tx, &complete, &claimed, &ok).await?;
         tx.commit().await?;
+        drained.completions += 1;
     }
+}
+
+/// `--one-completer`: each of `claimers` claims batches in a loop and hands them over, and
+/// `completer` completes everything handed over since its last batch in one transaction, as
+/// a worker's one completion writer does. A claimer asks for `batch` rows only while fewer
+/// than `in_flight - batch` are claimed and not yet completed (a worker's bound on what it
+/// holds), and stops when a claim finds nothing.
+async fn drain_one_completer(
+    claimers: Vec<PgConnection>,
+    mut completer: PgConnection,
+    claim: String,
+    complete: Completion,
+    batch: usize,
+    in_flight: usize,
+) -> Result<Drained, Error> {
+    let room = Arc::new(Semaphore::new(in_flight));
+    let (handed, mut taken) = mpsc::unbounded_channel::<Claimed>();
+    let mut loops = tokio::task::JoinSet::new();
+    for mut conn in claimers {
+        let (room, handed, claim) = (room.clone(), handed.clone(), claim.clone());
+        let worker_id = complete.worker_id.clone();
+        loops.spawn(async move {
+            let mut claims = 0;
+            loop {
+                let permits = u32::try_from(batch)?;
+                room.acquire_many(permits).await?.forget();
+                let mut tx = conn.begin().await?;
+                let claimed = claim_batch(&mut tx, &claim, &worker_id, batch).await?;
+                tx.commit().await?;
+                // Room the claim did not fill is free again at once.
+                room.add_permits(batch - claimed.ids.len());
+                if claimed.ids.is_empty() {
+                    return Ok::<usize, Error>(claims);
+                }
+                claims += 1;
+                handed.send(claimed)?;
+            }
+        });
+    }
+    drop(handed);
+    let ok = json!({"ok": true});
+    let mut drained = Drained::default();
+    while let Some(first) = taken.recv().await {
+        let mut merged = first;
+        while let Ok(more) = taken.try_recv() {
+            merged.ids.extend(more.ids);
+            merged.tokens.extend(more.tokens);
+            merged.attempt_ids.extend(more.attempt_ids);
+        }
+        let mut tx = completer.begin().await?;
+        complete_batch(&mut tx, &complete, &merged, &ok).await?;
+        tx.commit().await?;
+        drained.executions += merged.ids.len();
+        drained.completions += 1;
+        room.add_permits(merged.ids.len());
+    }
+    while let Some(claims) = loops.join_next().await {
+        drained.claims += claims??;
+    }
+    Ok(drained)
 }
 
 /// The number of `succeeded` rows and of all rows in `table`.
@@ -293,22 +374,47 @@ async fn run(a: Args) -> Result<Value, Error> {
     for _ in 0..a.connections {
         connections.push(PgConnection::connect_with(&connect()?).await?);
     }
+    let completer = match a.one_completer {
+        Some(_) => Some(PgConnection::connect_with(&connect()?).await?),
+        None => None,
+    };
     let before = pg_counters::Counters::read(&a.dsn).await?;
     let drain_started = Instant::now();
     let mut loops = tokio::task::JoinSet::new();
-    for (i, conn) in connections.into_iter().enumerate() {
-        let completion = Completion {
-            sql: complete.clone(),
-            attempts: a.attempts,
-            worker_id: format!("ceiling-{i}"),
-        };
-        loops.spawn(drain(conn, claim.clone(), completion, a.batch, a.combined));
+    let completion = |i: usize| Completion {
+        sql: complete.clone(),
+        attempts: a.attempts,
+        worker_id: format!("ceiling-{i}"),
+    };
+    match (completer, a.one_completer) {
+        (Some(completer), Some(in_flight)) => {
+            loops.spawn(drain_one_completer(
+                connections,
+                completer,
+                claim.clone(),
+                completion(0),
+                a.batch,
+                in_flight,
+            ));
+        }
+        _ => {
+            for (i, conn) in connections.into_iter().enumerate() {
+                loops.spawn(drain(
+                    conn,
+                    claim.clone(),
+                    completion(i),
+                    a.batch,
+                    a.combined,
+                ));
+            }
+        }
     }
     let mut total = Drained::default();
     while let Some(done) = loops.join_next().await {
         let done = done??;
         total.executions += done.executions;
         total.claims += done.claims;
+        total.completions += done.completions;
     }
     let drain_s = drain_started.elapsed().as_secs_f64();
     let after = pg_counters::Counters::read(&a.dsn).await?;
@@ -348,6 +454,11 @@ async fn run(a: Args) -> Result<Value, Error> {
         "backend": Postgres::NAME,
         "server": "postgres",
         "mode": match (a.combined, a.attempts) {
+            _ if a.one_completer.is_some() => format!(
+                "ceiling, {} claiming, one completing, {} in flight",
+                a.connections,
+                a.one_completer.unwrap_or_default()
+            ),
             (false, AttemptWrites::AtClaim) => "ceiling".to_string(),
             (true, AttemptWrites::AtClaim) => "ceiling, each completion with the next claim".to_string(),
             (combined, attempts) => format!(
@@ -360,6 +471,7 @@ async fn run(a: Args) -> Result<Value, Error> {
         "connections": a.connections,
         "batch": a.batch,
         "claims": total.claims,
+        "completions": total.completions,
         "submit_batch": 1000,
         "submit_per_s": (a.n as f64 / submit_s).round(),
         "drain_per_s": (a.n as f64 / drain_s).round(),

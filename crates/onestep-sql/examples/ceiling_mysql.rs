@@ -255,6 +255,7 @@ async fn drain(
         )?;
         tx.commit().await?;
         drained.executions += rows.len();
+        drained.completions += 1;
     }
 }
 
@@ -325,6 +326,7 @@ async fn run(a: Args) -> Result<Value, Error> {
         let done = done??;
         total.executions += done.executions;
         total.claims += done.claims;
+        total.completions += done.completions;
     }
     let drain_s = drain_started.elapsed().as_secs_f64();
 
@@ -361,6 +363,7 @@ async fn run(a: Args) -> Result<Value, Error> {
         "connections": a.connections,
         "batch": a.batch,
         "claims": total.claims,
+        "completions": total.completions,
         "submit_batch": 1000,
         "submit_per_s": (a.n as f64 / submit_s).round(),
         "drain_per_s": (a.n as f64 / drain_s).round(),
@@ -373,8 +376,15 @@ async fn main() {
         &["mysql://", "mariadb://"],
         "--dsn must be a mysql:// or mariadb:// URL",
     ) {
-        Ok(a) if a.combined || a.attempts != support::AttemptWrites::AtClaim => {
-            eprintln!("ceiling_mysql: --combined and --attempts are the PostgreSQL ceiling's only");
+        Ok(a)
+            if a.combined
+                || a.one_completer.is_some()
+                || a.attempts != support::AttemptWrites::AtClaim =>
+        {
+            eprintln!(
+                "ceiling_mysql: --combined, --attempts and --one-completer are the PostgreSQL \
+                 ceiling's only"
+            );
             std::process::exit(2);
         }
         Ok(a) => a,

@@ -22,6 +22,10 @@ pub struct Args {
     pub combined: bool,
     /// `--attempts` (PostgreSQL): when the attempts table is written.
     pub attempts: AttemptWrites,
+    /// `--one-completer IN_FLIGHT` (PostgreSQL): the connections only claim, and one more
+    /// connection completes whatever they have claimed, with at most `IN_FLIGHT` rows claimed
+    /// and not yet completed: a worker's shape with no runtime.
+    pub one_completer: Option<usize>,
 }
 
 /// When a drain writes its attempt rows (`--attempts`, PostgreSQL's ceiling only): the cheaper
@@ -49,7 +53,7 @@ impl AttemptWrites {
 }
 
 /// Reads `--dsn URL [--n 20000] [--connections 2] [--batch 100] [--combined]
-/// [--attempts at-claim|at-end|none]`; the DSN must
+/// [--attempts at-claim|at-end|none] [--one-completer IN_FLIGHT]`; the DSN must
 /// start with one of `schemes`, else `wrong_scheme` is the error.
 pub fn args(schemes: &[&str], wrong_scheme: &str) -> Result<Args, String> {
     let mut a = Args {
@@ -59,6 +63,7 @@ pub fn args(schemes: &[&str], wrong_scheme: &str) -> Result<Args, String> {
         batch: 100,
         combined: false,
         attempts: AttemptWrites::AtClaim,
+        one_completer: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -77,6 +82,7 @@ pub fn args(schemes: &[&str], wrong_scheme: &str) -> Result<Args, String> {
             "--connections" => a.connections = number("--connections")?,
             "--batch" => a.batch = number("--batch")?,
             "--combined" => a.combined = true,
+            "--one-completer" => a.one_completer = Some(number("--one-completer")?),
             "--attempts" => {
                 let value = it.next().ok_or("--attempts needs a value")?;
                 a.attempts = [
@@ -93,10 +99,16 @@ pub fn args(schemes: &[&str], wrong_scheme: &str) -> Result<Args, String> {
             other => {
                 return Err(format!(
                     "unknown flag {other} (expected --dsn, --n, --connections, --batch, \
-                     --combined, --attempts)"
+                     --combined, --attempts, --one-completer)"
                 ));
             }
         }
+    }
+    if a.combined && a.one_completer.is_some() {
+        return Err("--combined and --one-completer are two different drains: pick one".into());
+    }
+    if a.one_completer.is_some_and(|cap| cap < a.batch) {
+        return Err("--one-completer: expected at least --batch rows in flight".into());
     }
     if !schemes.iter().any(|s| a.dsn.starts_with(s)) {
         return Err(wrong_scheme.into());
@@ -109,6 +121,8 @@ pub fn args(schemes: &[&str], wrong_scheme: &str) -> Result<Args, String> {
 pub struct Drained {
     pub executions: usize,
     pub claims: usize,
+    /// Completion statements run (a `--one-completer` drain merges claimed batches).
+    pub completions: usize,
 }
 
 /// Puts `n` ready executions in `backend`'s tables, as burndown's `--submit-batch 1000` does;

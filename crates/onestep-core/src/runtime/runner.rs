@@ -95,12 +95,18 @@ impl Runner {
     /// How many more deliveries a new fetch may ask for: free slots not promised to a fetch
     /// under way, within the bound on settling work.
     fn free(&self) -> usize {
-        let bound = concurrency(&self.rt).saturating_mul(IN_FLIGHT_PER_SLOT);
-        let unpromised = bound.saturating_sub(self.inflight.len() + self.reserved);
+        let unpromised = self
+            .in_flight_bound()
+            .saturating_sub(self.inflight.len() + self.reserved);
         self.slots
             .available_permits()
             .saturating_sub(self.reserved)
             .min(unpromised)
+    }
+
+    /// The most deliveries in flight, running or settling.
+    fn in_flight_bound(&self) -> usize {
+        concurrency(&self.rt).saturating_mul(IN_FLIGHT_PER_SLOT)
     }
 
     /// Runs until shutdown (Ok) or a non-retryable source error (Err, after in-flight work ended).
@@ -177,6 +183,12 @@ impl Runner {
             let short_of_slots = may_fetch && self.slots.available_permits() < permits;
             let permits = u32::try_from(permits).unwrap_or(u32::MAX);
             let gathering = may_fetch && free > 0;
+            // Finished deliveries wake the runner only when the bound on settling work is what
+            // holds the next fetch back: otherwise freed slots do (above), and the finished
+            // ones are reaped at the top of the loop. A wake-up per delivery cost a task switch
+            // for every execution.
+            let held_by_bound =
+                may_fetch && self.inflight.len() + self.reserved + wanted > self.in_flight_bound();
             let slots = self.slots.clone();
             tokio::select! {
                 Some(done) = self.fetches.join_next(), if !self.fetches.is_empty() => {
@@ -187,7 +199,7 @@ impl Runner {
                         waiting = Some(pause);
                     }
                 }
-                Some(done) = self.inflight.join_next(), if !self.inflight.is_empty() => {
+                Some(done) = self.inflight.join_next(), if held_by_bound && !self.inflight.is_empty() => {
                     log_join(&task, done);
                 }
                 _ = slots.acquire_many(permits), if short_of_slots => {}

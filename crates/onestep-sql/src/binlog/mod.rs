@@ -339,24 +339,28 @@ impl Inner {
         Ok(())
     }
 
-    /// Saves the longest acked prefix's last safe position.
+    /// Saves the longest acked prefix's last safe position, then lets go of that prefix. When
+    /// the save fails nothing is let go: the rows stay outstanding, so the failed ack's retry
+    /// is delivered again (a retry of a row no longer outstanding would never be delivered, and
+    /// would hold every later fetch back for good).
     async fn commit(&self, progress: &mut Progress) -> Result<()> {
-        let mut safe = None;
-        while let Some(first) = progress.pending.front() {
-            if !progress.acked.contains(first) {
-                break;
-            }
-            let Some(done) = progress.pending.pop_front() else {
-                break;
-            };
-            progress.acked.remove(&done);
-            progress.retries.remove(&done);
-            if done.row + 1 >= done.rows {
-                safe = Some(done.resume);
-            }
-        }
+        let done = progress
+            .pending
+            .iter()
+            .take_while(|token| progress.acked.contains(*token))
+            .count();
+        let safe = progress
+            .pending
+            .iter()
+            .take(done)
+            .rfind(|token| token.row + 1 >= token.rows)
+            .map(|token| token.resume.clone());
         if let Some(position) = safe {
             self.save(progress, position).await?;
+        }
+        for token in progress.pending.drain(..done) {
+            progress.acked.remove(&token);
+            progress.retries.remove(&token);
         }
         Ok(())
     }
@@ -566,12 +570,20 @@ impl Delivery for BinlogDelivery {
 
     async fn ack(&mut self) -> Result<()> {
         let mut progress = self.source.progress.lock().await;
-        progress.acked.insert(self.token.clone());
+        // A row committed past already (a retry of it was under way) has nothing to record.
+        if progress.pending.contains(&self.token) {
+            progress.acked.insert(self.token.clone());
+        }
         self.source.commit(&mut progress).await
     }
 
     async fn retry(&mut self, delay: Option<Duration>) -> Result<()> {
         let mut progress = self.source.progress.lock().await;
+        if !progress.pending.contains(&self.token) {
+            // Committed past already (its handler had succeeded and a later ack saved a
+            // position after it): there is nothing left to deliver again.
+            return Ok(());
+        }
         let mut envelope = self.envelope.clone();
         envelope.attempts = envelope.attempts.saturating_add(1);
         progress.retries.insert(
@@ -596,6 +608,9 @@ impl Delivery for BinlogDelivery {
 
     async fn release_unstarted(&mut self) -> Result<()> {
         let mut progress = self.source.progress.lock().await;
+        if !progress.pending.contains(&self.token) {
+            return Ok(());
+        }
         let retry = progress
             .retries
             .entry(self.token.clone())
@@ -636,6 +651,120 @@ mod tests {
         assert_eq!(EventKind::parse(" Write "), Some(EventKind::Insert));
         assert_eq!(EventKind::parse("remove"), Some(EventKind::Delete));
         assert_eq!(EventKind::parse("truncate"), None);
+    }
+
+    /// A cursor store whose saves fail while `failing` is set.
+    #[derive(Default)]
+    struct FlakyStore {
+        failing: std::sync::atomic::AtomicBool,
+        saved: std::sync::Mutex<Option<Value>>,
+    }
+
+    #[async_trait]
+    impl CursorStore for FlakyStore {
+        async fn load(&self, _key: &str) -> Result<Option<Value>> {
+            Ok(self.saved.lock().unwrap().clone())
+        }
+
+        async fn save(&self, _key: &str, cursor: Value) -> Result<()> {
+            if self.failing.load(std::sync::atomic::Ordering::SeqCst) {
+                return Err(Error::invalid("cursor", "the store is down"));
+            }
+            *self.saved.lock().unwrap() = Some(cursor);
+            Ok(())
+        }
+    }
+
+    fn at(pos: u64) -> Position {
+        Position {
+            file: "mysql-bin.000001".into(),
+            pos,
+        }
+    }
+
+    /// A one-row event ending at `pos`.
+    fn token(pos: u64) -> Token {
+        Token {
+            event: at(pos),
+            row: 0,
+            rows: 1,
+            resume: at(pos),
+        }
+    }
+
+    /// A source that has loaded position 4 and delivered the rows of events 10 and 20 (no
+    /// server: nothing here reads the log).
+    async fn delivered(store: Arc<FlakyStore>) -> (BinlogSource, Vec<BinlogDelivery>) {
+        let connector = SqlConnector::<MySql>::new("mysql://root@127.0.0.1:9/none").unwrap();
+        let source = BinlogSource::new(connector, BinlogOptions::new(7), store).unwrap();
+        let mut progress = source.inner.progress.lock().await;
+        progress.loaded = true;
+        progress.committed = Some(at(4));
+        let deliveries = [10, 20]
+            .into_iter()
+            .map(|pos| {
+                progress.pending.push_back(token(pos));
+                BinlogDelivery {
+                    source: source.inner.clone(),
+                    envelope: Envelope::new(json!({ "pos": pos })),
+                    token: token(pos),
+                }
+            })
+            .collect();
+        drop(progress);
+        (source, deliveries)
+    }
+
+    /// An ack whose position could not be saved (the server restarting) leaves its row
+    /// outstanding: the retry the failed ack asks for is delivered next, and its ack commits.
+    /// (It used to let go of the row first, so the retry was never delivered and every later
+    /// fetch came back empty: a worker stalled for good after a restart.)
+    #[tokio::test]
+    async fn a_row_whose_ack_failed_is_delivered_again() {
+        let store = Arc::new(FlakyStore::default());
+        let (source, mut deliveries) = delivered(store.clone()).await;
+        store
+            .failing
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        assert!(deliveries[0].ack().await.is_err());
+        deliveries[0].retry(None).await.unwrap();
+        store
+            .failing
+            .store(false, std::sync::atomic::Ordering::SeqCst);
+
+        let mut again = source.fetch(10).await.unwrap();
+        assert_eq!(again.len(), 1, "the retried row, alone");
+        assert_eq!(again[0].envelope().body, json!({ "pos": 10 }));
+        assert_eq!(again[0].envelope().attempts, 1);
+        again[0].ack().await.unwrap();
+        assert_eq!(*store.saved.lock().unwrap(), Some(position_value(&at(10))));
+        assert!(source.inner.progress.lock().await.retries.is_empty());
+    }
+
+    /// A row committed past while its retry was waiting (a later row's ack saved a position
+    /// after it, its handler having succeeded) is let go with its retry, and a late retry or
+    /// ack of it records nothing that could hold fetches back.
+    #[tokio::test]
+    async fn a_row_committed_past_leaves_no_retry_behind() {
+        let store = Arc::new(FlakyStore::default());
+        let (source, mut deliveries) = delivered(store.clone()).await;
+        store
+            .failing
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        assert!(deliveries[0].ack().await.is_err());
+        store
+            .failing
+            .store(false, std::sync::atomic::Ordering::SeqCst);
+        deliveries[0].retry(None).await.unwrap();
+        deliveries[1].ack().await.unwrap();
+        assert_eq!(*store.saved.lock().unwrap(), Some(position_value(&at(20))));
+
+        deliveries[0].retry(None).await.unwrap();
+        deliveries[0].ack().await.unwrap();
+        let progress = source.inner.progress.lock().await;
+        assert!(progress.pending.is_empty());
+        assert!(progress.retries.is_empty(), "no retry of a committed row");
+        assert!(progress.acked.is_empty(), "no ack of a committed row");
     }
 
     #[test]

@@ -200,6 +200,16 @@ fn token_id(cursor: &[Value]) -> String {
     serde_json::to_string(cursor).unwrap_or_default()
 }
 
+impl Progress {
+    /// Whether the row at `cursor` is still outstanding: fetched and not committed past. A row
+    /// committed past (its handler had succeeded, and a later row's ack saved a cursor after
+    /// it) is done: a late retry of it must not be recorded, or it would wait for a delivery
+    /// that never comes and hold every later fetch back.
+    fn outstanding(&self, cursor: &[Value]) -> bool {
+        self.pending.iter().any(|c| c.as_slice() == cursor)
+    }
+}
+
 struct Inner<D: Dialect> {
     name: String,
     connector: SqlConnector<D>,
@@ -612,12 +622,17 @@ impl<D: Dialect> Delivery for IncrementalDelivery<D> {
     async fn ack(&mut self) -> Result<()> {
         let reader = self.source.reader().await?;
         let mut progress = self.source.progress.lock().await;
-        progress.acked.insert(token_id(&self.cursor));
+        if progress.outstanding(&self.cursor) {
+            progress.acked.insert(token_id(&self.cursor));
+        }
         self.source.commit(&mut progress, reader).await
     }
 
     async fn retry(&mut self, delay: Option<Duration>) -> Result<()> {
         let mut progress = self.source.progress.lock().await;
+        if !progress.outstanding(&self.cursor) {
+            return Ok(());
+        }
         let mut envelope = self.envelope.clone();
         envelope.attempts = envelope.attempts.saturating_add(1);
         progress.retries.insert(
@@ -642,6 +657,9 @@ impl<D: Dialect> Delivery for IncrementalDelivery<D> {
 
     async fn release_unstarted(&mut self) -> Result<()> {
         let mut progress = self.source.progress.lock().await;
+        if !progress.outstanding(&self.cursor) {
+            return Ok(());
+        }
         let id = token_id(&self.cursor);
         let retry = progress.retries.entry(id).or_insert_with(|| Retry {
             envelope: self.envelope.clone(),

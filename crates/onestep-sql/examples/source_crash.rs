@@ -11,7 +11,7 @@
 //! `status = 'new'` rows as `working` and acks them `done`; the incremental source reads in `id`
 //! order with its cursor in `T_cursor`; the binlog source (MySQL only) reads the inserts into
 //! `T` from the position saved in `T_cursor`, recording each row's event position with it.
-//! Prints `ready` once the worker runs.
+//! Prints `ready` once the worker runs; logs to stderr as `RUST_LOG` says.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -175,6 +175,13 @@ fn crash_binlog_options(table: &str) -> onestep_sql::binlog::BinlogOptions {
 
 #[tokio::main]
 async fn main() {
+    // `RUST_LOG` decides what reaches stderr (nothing unless set): the chaos suite keeps it, to
+    // show what a stalled worker was doing.
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .init();
     let a = match args() {
         Ok(a) => a,
         Err(e) => {

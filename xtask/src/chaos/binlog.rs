@@ -48,6 +48,13 @@ fn count(url: &DbUrl, sql: &str) -> Result<i64> {
         .with_context(|| format!("`{sql}` answered {out:?}"))
 }
 
+/// The last `n` lines of the file at `path` (what could be read of it).
+fn last_lines(path: &Path, n: usize) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| format!("({e})"));
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
 /// Runs the fault with `n` rows on a throwaway server in `dir`.
 pub fn restart(worker: &Path, dir: &Path, n: usize) -> Result<Value> {
     let server = Throwaway::start(&dir.join("restart-binlog"), true)?;
@@ -63,13 +70,22 @@ pub fn restart(worker: &Path, dir: &Path, n: usize) -> Result<Value> {
                  CREATE TABLE {table}_effects (id BIGINT NOT NULL, pos BIGINT NOT NULL);"
             ),
         )?;
+        // The worker's log, kept after the run (the server's directory is not) and read back
+        // when it stalls.
+        let logs = crate::target_dir().join("chaos");
+        std::fs::create_dir_all(&logs)
+            .with_context(|| format!("could not create {}", logs.display()))?;
+        let log_path = logs.join("binlog-restart-worker.log");
+        let log = std::fs::File::create(&log_path)
+            .with_context(|| format!("could not create {}", log_path.display()))?;
         let mut child = Command::new(worker)
             // Slow enough (20 ms a row, 8 at once) that the restart lands mid-read, while rows
             // of a ten-row event wait in the reader.
             .args(["--dsn", &dsn, "--table", &table, "--source", "binlog"])
             .args(["--work-ms", "20"])
+            .env("RUST_LOG", "onestep=debug,info")
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .stderr(log)
             .spawn()
             .context("could not start the binlog worker")?;
         let mut line = String::new();
@@ -108,7 +124,20 @@ pub fn restart(worker: &Path, dir: &Path, n: usize) -> Result<Value> {
                 "every row after the restart",
                 Duration::from_secs(120),
                 || count(&url, &distinct).is_ok_and(|c| c >= all),
-            )?;
+            )
+            .map_err(|stalled| {
+                let handled =
+                    count(&url, &distinct).map_or_else(|e| e.to_string(), |c| c.to_string());
+                let saved = run(&url, &format!("SELECT * FROM {table}_cursor"))
+                    .unwrap_or_else(|e| e.to_string());
+                anyhow::anyhow!(
+                    "{stalled}: {handled} of {n} rows handled; saved position {}; the worker's \
+                     log is {}, ending:\n{}",
+                    saved.trim(),
+                    log_path.display(),
+                    last_lines(&log_path, 40)
+                )
+            })?;
             let recovery = back.elapsed().as_secs_f64();
             // Late duplicates would show within a poll or two.
             std::thread::sleep(Duration::from_millis(500));

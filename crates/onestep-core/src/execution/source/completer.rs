@@ -62,14 +62,10 @@ pub(super) async fn completion_loop<B: LeasedExecutionBackend + Clone + 'static>
             }
         }
         if writing.len() >= COMPLETION_WRITERS {
-            // Every writer is busy: keep gathering until one is free.
-            tokio::select! {
-                _ = writing.join_next() => {}
-                job = jobs.recv(), if open && batch.len() < COMPLETION_BATCH => match job {
-                    Some(job) => batch.push(job),
-                    None => open = false,
-                },
-            }
+            // Every writer is busy: the next completions wait in the queue until one is free,
+            // and are taken from it then. (Taking each as it came woke this loop once per
+            // completion while a batch was written, which is nearly always.)
+            writing.join_next().await;
             continue;
         }
         writing.spawn(write_completions(

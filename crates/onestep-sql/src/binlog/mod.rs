@@ -660,6 +660,14 @@ mod tests {
         saved: std::sync::Mutex<Option<Value>>,
     }
 
+    impl FlakyStore {
+        /// Makes saves fail (`true`) or succeed again.
+        fn set_down(&self, down: bool) {
+            self.failing
+                .store(down, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
     #[async_trait]
     impl CursorStore for FlakyStore {
         async fn load(&self, _key: &str) -> Result<Option<Value>> {
@@ -723,14 +731,10 @@ mod tests {
     async fn a_row_whose_ack_failed_is_delivered_again() {
         let store = Arc::new(FlakyStore::default());
         let (source, mut deliveries) = delivered(store.clone()).await;
-        store
-            .failing
-            .store(true, std::sync::atomic::Ordering::SeqCst);
+        store.set_down(true);
         assert!(deliveries[0].ack().await.is_err());
         deliveries[0].retry(None).await.unwrap();
-        store
-            .failing
-            .store(false, std::sync::atomic::Ordering::SeqCst);
+        store.set_down(false);
 
         let mut again = source.fetch(10).await.unwrap();
         assert_eq!(again.len(), 1, "the retried row, alone");
@@ -748,13 +752,9 @@ mod tests {
     async fn a_row_committed_past_leaves_no_retry_behind() {
         let store = Arc::new(FlakyStore::default());
         let (source, mut deliveries) = delivered(store.clone()).await;
-        store
-            .failing
-            .store(true, std::sync::atomic::Ordering::SeqCst);
+        store.set_down(true);
         assert!(deliveries[0].ack().await.is_err());
-        store
-            .failing
-            .store(false, std::sync::atomic::Ordering::SeqCst);
+        store.set_down(false);
         deliveries[0].retry(None).await.unwrap();
         deliveries[1].ack().await.unwrap();
         assert_eq!(*store.saved.lock().unwrap(), Some(position_value(&at(20))));

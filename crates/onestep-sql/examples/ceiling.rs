@@ -374,8 +374,9 @@ async fn run(a: Args) -> Result<Value, Error> {
     for _ in 0..a.connections {
         connections.push(PgConnection::connect_with(&connect()?).await?);
     }
-    let completer = match a.one_completer {
-        Some(_) => Some(PgConnection::connect_with(&connect()?).await?),
+    // `--one-completer`: its completing connection and the rows it may leave in flight.
+    let one_completer = match a.one_completer {
+        Some(in_flight) => Some((PgConnection::connect_with(&connect()?).await?, in_flight)),
         None => None,
     };
     let before = pg_counters::Counters::read(&a.dsn).await?;
@@ -386,8 +387,8 @@ async fn run(a: Args) -> Result<Value, Error> {
         attempts: a.attempts,
         worker_id: format!("ceiling-{i}"),
     };
-    match (completer, a.one_completer) {
-        (Some(completer), Some(in_flight)) => {
+    match one_completer {
+        Some((completer, in_flight)) => {
             loops.spawn(drain_one_completer(
                 connections,
                 completer,
@@ -397,7 +398,7 @@ async fn run(a: Args) -> Result<Value, Error> {
                 in_flight,
             ));
         }
-        _ => {
+        None => {
             for (i, conn) in connections.into_iter().enumerate() {
                 loops.spawn(drain(
                     conn,
@@ -453,15 +454,14 @@ async fn run(a: Args) -> Result<Value, Error> {
         "system": SYSTEM,
         "backend": Postgres::NAME,
         "server": "postgres",
-        "mode": match (a.combined, a.attempts) {
-            _ if a.one_completer.is_some() => format!(
-                "ceiling, {} claiming, one completing, {} in flight",
-                a.connections,
-                a.one_completer.unwrap_or_default()
+        "mode": match (a.one_completer, a.combined, a.attempts) {
+            (Some(in_flight), _, _) => format!(
+                "ceiling, {} claiming, one completing, {in_flight} in flight",
+                a.connections
             ),
-            (false, AttemptWrites::AtClaim) => "ceiling".to_string(),
-            (true, AttemptWrites::AtClaim) => "ceiling, each completion with the next claim".to_string(),
-            (combined, attempts) => format!(
+            (None, false, AttemptWrites::AtClaim) => "ceiling".to_string(),
+            (None, true, AttemptWrites::AtClaim) => "ceiling, each completion with the next claim".to_string(),
+            (None, combined, attempts) => format!(
                 "ceiling, attempts {}{}",
                 attempts.name(),
                 if combined { ", each completion with the next claim" } else { "" }

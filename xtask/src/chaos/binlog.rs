@@ -48,13 +48,6 @@ fn count(url: &DbUrl, sql: &str) -> Result<i64> {
         .with_context(|| format!("`{sql}` answered {out:?}"))
 }
 
-/// The last `n` lines of the file at `path` (what could be read of it).
-fn last_lines(path: &Path, n: usize) -> String {
-    let text = std::fs::read_to_string(path).unwrap_or_else(|e| format!("({e})"));
-    let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(n)..].join("\n")
-}
-
 /// Runs the fault with `n` rows on a throwaway server in `dir`.
 pub fn restart(worker: &Path, dir: &Path, n: usize) -> Result<Value> {
     let server = Throwaway::start(&dir.join("restart-binlog"), true)?;
@@ -135,7 +128,7 @@ pub fn restart(worker: &Path, dir: &Path, n: usize) -> Result<Value> {
                      log is {}, ending:\n{}",
                     saved.trim(),
                     log_path.display(),
-                    last_lines(&log_path, 40)
+                    sys::file_tail(&log_path, 40)
                 )
             })?;
             let recovery = back.elapsed().as_secs_f64();

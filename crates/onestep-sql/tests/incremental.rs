@@ -183,45 +183,20 @@ async fn retries_come_first_and_failures_block<D: Raw>(connector: SqlConnector<D
     );
 }
 
-/// A cursor store whose saves fail while `failing` is set (a server restarting).
-#[derive(Default)]
-struct FlakyStore {
-    failing: std::sync::atomic::AtomicBool,
-    inner: InMemoryCursorStore,
-}
-
-#[async_trait::async_trait]
-impl CursorStore for FlakyStore {
-    async fn load(&self, key: &str) -> onestep_core::Result<Option<serde_json::Value>> {
-        self.inner.load(key).await
-    }
-
-    async fn save(&self, key: &str, cursor: serde_json::Value) -> onestep_core::Result<()> {
-        if self.failing.load(std::sync::atomic::Ordering::SeqCst) {
-            return Err(onestep_core::Error::invalid("cursor", "the store is down"));
-        }
-        self.inner.save(key, cursor).await
-    }
-}
-
 /// A row whose ack failed (its cursor could not be saved) and that a later row's ack then
 /// committed past is done: a late retry of it is not recorded, so fetching reads on (a retry
 /// recorded for it waited for a delivery that never came and held every fetch back).
 async fn a_row_committed_past_leaves_no_retry_behind<D: Raw>(connector: SqlConnector<D>) {
     let table = table_name();
     create(&connector, &table, 6).await;
-    let flaky = Arc::new(FlakyStore::default());
+    let flaky = Arc::new(onestep_testkit::state::FlakyCursorStore::default());
     let store: Arc<dyn CursorStore> = flaky.clone();
     let s = source(&connector, &table, &store);
     let mut batch = s.fetch(2).await.unwrap();
     assert_eq!(ids(&batch), [6, 5]);
-    flaky
-        .failing
-        .store(true, std::sync::atomic::Ordering::SeqCst);
+    flaky.set_down(true);
     assert!(batch[0].ack().await.is_err(), "the save failed");
-    flaky
-        .failing
-        .store(false, std::sync::atomic::Ordering::SeqCst);
+    flaky.set_down(false);
     batch[1].ack().await.unwrap();
     batch[0].retry(None).await.unwrap();
     assert_eq!(ids(&s.fetch(10).await.unwrap()), [4, 3, 2, 1]);

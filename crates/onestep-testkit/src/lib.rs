@@ -18,6 +18,7 @@ pub mod connector;
 mod factory;
 pub mod proxy;
 pub mod reference;
+pub mod state;
 
 pub use factory::{BackendFactory, MemoryFactory, Setup};
 

@@ -653,41 +653,18 @@ mod tests {
         assert_eq!(EventKind::parse("truncate"), None);
     }
 
-    /// A cursor store whose saves fail while `failing` is set.
-    #[derive(Default)]
-    struct FlakyStore {
-        failing: std::sync::atomic::AtomicBool,
-        saved: std::sync::Mutex<Option<Value>>,
-    }
-
-    impl FlakyStore {
-        /// Makes saves fail (`true`) or succeed again.
-        fn set_down(&self, down: bool) {
-            self.failing
-                .store(down, std::sync::atomic::Ordering::SeqCst);
-        }
-    }
-
-    #[async_trait]
-    impl CursorStore for FlakyStore {
-        async fn load(&self, _key: &str) -> Result<Option<Value>> {
-            Ok(self.saved.lock().unwrap().clone())
-        }
-
-        async fn save(&self, _key: &str, cursor: Value) -> Result<()> {
-            if self.failing.load(std::sync::atomic::Ordering::SeqCst) {
-                return Err(Error::invalid("cursor", "the store is down"));
-            }
-            *self.saved.lock().unwrap() = Some(cursor);
-            Ok(())
-        }
-    }
+    use onestep_testkit::state::FlakyCursorStore as FlakyStore;
 
     fn at(pos: u64) -> Position {
         Position {
             file: "mysql-bin.000001".into(),
             pos,
         }
+    }
+
+    /// The position `source` saved in `store`.
+    async fn saved(source: &BinlogSource, store: &FlakyStore) -> Option<Value> {
+        store.load(source.state_key()).await.unwrap()
     }
 
     /// A one-row event ending at `pos`.
@@ -741,7 +718,7 @@ mod tests {
         assert_eq!(again[0].envelope().body, json!({ "pos": 10 }));
         assert_eq!(again[0].envelope().attempts, 1);
         again[0].ack().await.unwrap();
-        assert_eq!(*store.saved.lock().unwrap(), Some(position_value(&at(10))));
+        assert_eq!(saved(&source, &store).await, Some(position_value(&at(10))));
         assert!(source.inner.progress.lock().await.retries.is_empty());
     }
 
@@ -757,7 +734,7 @@ mod tests {
         store.set_down(false);
         deliveries[0].retry(None).await.unwrap();
         deliveries[1].ack().await.unwrap();
-        assert_eq!(*store.saved.lock().unwrap(), Some(position_value(&at(20))));
+        assert_eq!(saved(&source, &store).await, Some(position_value(&at(20))));
 
         deliveries[0].retry(None).await.unwrap();
         deliveries[0].ack().await.unwrap();

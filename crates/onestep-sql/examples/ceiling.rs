@@ -4,10 +4,11 @@
 //! DDL and indexes as the burndown example), puts N ready executions in them with `submit_many`
 //! (not timed), then drains them with `--connections` connections, each a plain loop:
 //!
-//! 1. one transaction with the claim statement our PostgreSQL backend runs
-//!    ([`SqlExecutionBackend::claim_in_one_statement_sql`]: a CTE that locks up to `--batch`
-//!    ready rows with `FOR UPDATE SKIP LOCKED`, starts them with `UPDATE … FROM … RETURNING` and
-//!    inserts their attempts), bound as the backend binds it;
+//! 1. one transaction with the claim statement our PostgreSQL worker runs
+//!    ([`SqlExecutionBackend::claim_to_run_in_one_statement_sql`]: a CTE that locks up to
+//!    `--batch` ready rows with `FOR UPDATE SKIP LOCKED`, starts them with `UPDATE … FROM …
+//!    RETURNING`, inserts their attempts and answers the columns a worker runs them with),
+//!    bound as the backend binds it;
 //! 2. one transaction with one statement, [`COMPLETE`], that marks the claimed executions and
 //!    their attempts `succeeded` (result `{"ok": true}`) from typed arrays with
 //!    `UPDATE … FROM unnest(…)`, each row fenced by its lease token;
@@ -349,7 +350,7 @@ async fn run(a: Args) -> Result<Value, Error> {
     let backend = PostgresExecutionBackend::new(&a.dsn, options.clone())?;
     backend.open().await?;
     let claim = backend
-        .claim_in_one_statement_sql(1)
+        .claim_to_run_in_one_statement_sql(1)
         .ok_or("the PostgreSQL backend has no one-statement claim")?;
     let (claim, complete) = match a.attempts {
         AttemptWrites::AtClaim => (claim, COMPLETE),

@@ -1,7 +1,7 @@
 //! Decoding rows into the core's types, once for every dialect: the dialect reads columns
 //! ([`Dialect::text`], [`Dialect::id`], …), this module assembles rows from them.
 
-use onestep_core::execution::stored::{AttemptRow, ExecutionRow};
+use onestep_core::execution::stored::{AttemptRow, ClaimedRow, ExecutionRow};
 use onestep_core::execution::{AttemptStatus, ExecutionStatus};
 use serde_json::Value;
 use sqlx::Transaction;
@@ -64,6 +64,21 @@ pub(crate) fn execution<D: Dialect>(row: &Row<D>) -> Result<ExecutionRow, sqlx::
     })
 }
 
+/// A claimed row's [`sql::CLAIMED_COLUMNS`](crate::sql::CLAIMED_COLUMNS), in that order.
+pub(crate) fn claimed<D: Dialect>(row: &Row<D>) -> Result<ClaimedRow, sqlx::Error> {
+    Ok(ClaimedRow {
+        id: required(D::id(row, 0)?, "id")?,
+        namespace: required(D::text(row, 1)?, "namespace")?,
+        task_name: required(D::text(row, 2)?, "task_name")?,
+        payload: required(D::json(row, 3)?, "payload")?,
+        metadata: D::json(row, 4)?.unwrap_or(Value::Null),
+        attempts: required(D::int(row, 5)?, "attempts")?,
+        available_at: required(D::time(row, 6)?, "available_at")?,
+        lease_token: D::id(row, 7)?,
+        updated_at: required(D::time(row, 8)?, "updated_at")?,
+    })
+}
+
 /// `id, status` of an execution row (read by PostgreSQL's status-only completion).
 #[cfg(feature = "postgres")]
 pub(crate) fn id_and_status<D: Dialect>(
@@ -97,10 +112,20 @@ pub(crate) async fn executions<D: Dialect>(
     sql: &str,
     params: Vec<Param>,
 ) -> Result<Vec<ExecutionRow>, sqlx::Error> {
+    rows::<D, _>(tx, sql, params, execution::<D>).await
+}
+
+/// Runs a query and decodes each row with `decode`.
+pub(crate) async fn rows<D: Dialect, T>(
+    tx: &mut Transaction<'static, D::Db>,
+    sql: &str,
+    params: Vec<Param>,
+    decode: fn(&Row<D>) -> Result<T, sqlx::Error>,
+) -> Result<Vec<T>, sqlx::Error> {
     D::fetch(tx, sql, params)
         .await?
         .iter()
-        .map(execution::<D>)
+        .map(decode)
         .collect()
 }
 

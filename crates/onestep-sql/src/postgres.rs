@@ -64,6 +64,10 @@ pub fn execution_source(
 /// for every row, parsing `n²` uuids (10,000 for a batch of 100, 40,000 for 200). Arrays parsed
 /// once took a 100-row claim from 4.4–5.1 to 3.0 ms of server time (the server log, two runs
 /// each); the bare-SQL ceiling drained 7 % faster and a worker 5 % (4 alternating rounds).
+///
+/// `{returned}` is what the update keeps of each row for the rest of the statement and
+/// `{answered}` what the statement answers: every column for `claim`, the columns a worker runs
+/// an execution with for `claim_to_run` (see `machine::statements::one_statement_claim`).
 const CLAIM_IN_ONE_STATEMENT: &str = "WITH candidates AS ({claim}), \
 numbered AS (SELECT id AS claim_id, CAST(row_number() OVER () AS int4) AS n FROM candidates), \
 fresh AS (SELECT string_to_array(?, ',')::uuid[] AS tokens, string_to_array(?, ',')::uuid[] AS attempt_ids), \
@@ -72,11 +76,11 @@ lease_token = (SELECT tokens FROM fresh)[c.n], \
 lease_expires_at = COALESCE(?, {now} + ? * INTERVAL '1 microsecond'), \
 worker_id = ?, started_at = COALESCE(x.started_at, {now}), updated_at = {now}, \
 version = x.version + 1 FROM numbered c WHERE x.id = c.claim_id \
-RETURNING {cols}, (SELECT attempt_ids FROM fresh)[c.n] AS attempt_id), \
+RETURNING {returned}, (SELECT attempt_ids FROM fresh)[c.n] AS attempt_id), \
 started AS (INSERT INTO {a} (id, execution_id, attempt_no, lease_token, worker_id, status, error, \
 started_at, heartbeat_at, finished_at) SELECT attempt_id, id, attempts, lease_token, worker_id, \
 'running', NULL, updated_at, updated_at, NULL FROM claimed) \
-SELECT {cols} FROM claimed ORDER BY available_at, created_at, id";
+SELECT {answered} FROM claimed ORDER BY available_at, created_at, id";
 
 /// Rows by idempotency keys (see `BatchPaths::rows_by_keys`): one equality look-up per key, in a
 /// `LATERAL` subquery that `LIMIT 1` keeps from being flattened into a join. With

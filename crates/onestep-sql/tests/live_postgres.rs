@@ -181,10 +181,22 @@ async fn stored_instants_read_as_sqlx_reads_them() {
 /// lease it returns is the stored one, and the attempt row starts at the claim's time.
 #[tokio::test]
 async fn a_claim_on_database_time_stores_the_lease_it_returns() {
+    claim_on_database_time(false).await;
+}
+
+/// The same through `claim_to_run`, whose statement answers fewer columns.
+#[tokio::test]
+async fn a_claim_to_run_on_database_time_stores_the_lease_it_returns() {
+    claim_on_database_time(true).await;
+}
+
+async fn claim_on_database_time(to_run: bool) {
+    use onestep_core::execution::ClaimedExecution;
     let url = support::postgres_url();
     let options = live::fresh_options().with_maintenance_interval(Duration::from_secs(3600));
     let b = PostgresExecutionBackend::new(&url, options).unwrap();
     assert!(b.claim_in_one_statement_sql(1).is_some());
+    assert!(b.claim_to_run_in_one_statement_sql(1).is_some());
     for n in 0..3 {
         let r = ExecutionRequest::new(
             "live",
@@ -198,11 +210,31 @@ async fn a_claim_on_database_time_stores_the_lease_it_returns() {
     let tasks = vec!["one".to_string()];
     let lease = Duration::from_millis(30_500);
     // The first claim runs maintenance (and binds the time it read); the second does not.
-    let first = b.claim("live", &tasks, 1, lease, " w ").await.unwrap();
-    let second = b.claim("live", &tasks, 5, lease, " w ").await.unwrap();
+    // Each claimed execution with its `started_at` where the claim answers it.
+    let claim = |limit: usize| {
+        let (b, tasks) = (&b, &tasks);
+        async move {
+            let claimed: Vec<(ClaimedExecution, Option<time::OffsetDateTime>)> = if to_run {
+                let claimed = b.claim_to_run("live", tasks, limit, lease, " w ").await;
+                claimed.unwrap().into_iter().map(|c| (c, None)).collect()
+            } else {
+                let leases = b.claim("live", tasks, limit, lease, " w ").await.unwrap();
+                leases
+                    .into_iter()
+                    .map(|l| {
+                        let started = l.execution.started_at;
+                        (ClaimedExecution::from(l), started)
+                    })
+                    .collect()
+            };
+            claimed
+        }
+    };
+    let first = claim(1).await;
+    let second = claim(5).await;
     assert_eq!((first.len(), second.len()), (1, 2));
     let pool = b.connector().pool().unwrap();
-    for lease in first.iter().chain(&second) {
+    for (lease, started_at) in first.iter().chain(&second) {
         let sql = format!(
             "SELECT e.lease_token, e.lease_expires_at, e.updated_at, e.worker_id, e.attempts, \
              a.id, a.attempt_no, a.lease_token, a.worker_id, a.status, a.started_at, a.heartbeat_at \
@@ -225,7 +257,7 @@ async fn a_claim_on_database_time_stores_the_lease_it_returns() {
             time::OffsetDateTime,
         );
         let s: Stored = sqlx::query_as(&sql)
-            .bind(lease.execution.id)
+            .bind(lease.id)
             .fetch_one(&pool)
             .await
             .unwrap();
@@ -244,13 +276,15 @@ async fn a_claim_on_database_time_stores_the_lease_it_returns() {
             (s.2, s.2),
             "the attempt starts at the claim's time"
         );
-        assert_eq!(lease.execution.attempts, 1);
-        assert_eq!(lease.execution.started_at, Some(s.2));
+        assert_eq!(lease.attempts, 1);
+        if let Some(started_at) = started_at {
+            assert_eq!(*started_at, s.2);
+        }
     }
     let order: Vec<i64> = first
         .iter()
         .chain(&second)
-        .map(|l| l.execution.payload.as_i64().unwrap())
+        .map(|(l, _)| l.payload.as_i64().unwrap())
         .collect();
     assert_eq!(order, vec![0, 1, 2], "claimed oldest first");
 }

@@ -16,6 +16,15 @@ use uuid::Uuid;
 
 #[tokio::test]
 async fn an_undecodable_row_is_failed_and_the_rest_are_claimed() {
+    undecodable_row_on_sqlite(Claim::Execution).await;
+}
+
+#[tokio::test]
+async fn an_undecodable_row_is_failed_and_the_rest_are_claimed_to_run() {
+    undecodable_row_on_sqlite(Claim::ToRun).await;
+}
+
+async fn undecodable_row_on_sqlite(by: Claim) {
     let dir = support::sqlite_dir();
     let dsn = format!(
         "sqlite://{}/poison-{}.db",
@@ -42,13 +51,23 @@ async fn an_undecodable_row_is_failed_and_the_rest_are_claimed() {
         .execute(&pool)
         .await
         .unwrap();
-    claim_fails_only_the_bad_row(&b, bad.id, good.id).await;
+    claim_fails_only_the_bad_row(&b, bad.id, good.id, by).await;
 }
 
 /// PostgreSQL claims in one statement; a row that does not decode rolls it back, and the claim in
 /// steps fails that row without starting it.
 #[tokio::test]
 async fn an_undecodable_row_is_failed_unstarted_and_the_rest_are_claimed_on_postgres() {
+    undecodable_row_on_postgres(Claim::Execution).await;
+}
+
+/// The same through `claim_to_run`, whose one statement answers fewer columns.
+#[tokio::test]
+async fn an_undecodable_row_is_failed_unstarted_and_the_rest_are_claimed_to_run_on_postgres() {
+    undecodable_row_on_postgres(Claim::ToRun).await;
+}
+
+async fn undecodable_row_on_postgres(by: Claim) {
     let b = PostgresExecutionBackend::new(&support::postgres_url(), support::live::fresh_options())
         .unwrap();
     let bad = b
@@ -70,7 +89,7 @@ async fn an_undecodable_row_is_failed_unstarted_and_the_rest_are_claimed_on_post
         .execute(&pool)
         .await
         .unwrap();
-    claim_fails_only_the_bad_row(&b, bad.id, good.id).await;
+    claim_fails_only_the_bad_row(&b, bad.id, good.id, by).await;
     let started = format!(
         "SELECT e.attempts, e.version, e.started_at IS NULL, \
          (SELECT COUNT(*) FROM \"{}\" a WHERE a.execution_id = e.id) FROM \"{}\" e WHERE e.id = $1",
@@ -100,19 +119,38 @@ async fn an_undecodable_row_is_failed_unstarted_and_the_rest_are_claimed_on_post
     );
 }
 
+/// Which claim a test sends: `claim` (whole executions) or `claim_to_run` (what a worker runs
+/// them with; on PostgreSQL its own one-statement claim).
+#[derive(Clone, Copy)]
+enum Claim {
+    Execution,
+    ToRun,
+}
+
 async fn claim_fails_only_the_bad_row<D: Dialect>(
     b: &SqlExecutionBackend<D>,
     bad: Uuid,
     good: Uuid,
+    by: Claim,
 ) {
-    let leases = b
-        .claim("live", &["t".into()], 10, Duration::from_secs(30), "w")
-        .await
-        .unwrap();
-    assert_eq!(
-        leases.iter().map(|l| l.execution.id).collect::<Vec<_>>(),
-        vec![good]
-    );
+    let tasks = ["t".to_string()];
+    let claimed: Vec<Uuid> = match by {
+        Claim::Execution => b
+            .claim("live", &tasks, 10, Duration::from_secs(30), "w")
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|l| l.execution.id)
+            .collect(),
+        Claim::ToRun => b
+            .claim_to_run("live", &tasks, 10, Duration::from_secs(30), "w")
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|c| c.id)
+            .collect(),
+    };
+    assert_eq!(claimed, vec![good]);
     let failed = b.stats(Some("live")).await.unwrap();
     assert_eq!(
         failed

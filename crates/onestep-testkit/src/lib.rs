@@ -54,6 +54,7 @@ macro_rules! execution_conformance {
             client_validates_arguments_before_any_io,
             claim_skips_delayed_execution_until_available_at,
             claim_starts_a_running_attempt_with_envelope_attempts_zero,
+            claim_to_run_answers_what_a_worker_runs_with,
             claim_orders_by_available_at_then_created_at_and_respects_the_limit,
             claim_validates_its_arguments,
             claim_expires_queued_work_past_expires_at,

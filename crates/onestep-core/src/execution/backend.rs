@@ -10,8 +10,8 @@ use uuid::Uuid;
 
 use super::error::{ExecutionError, ExecutionResult};
 use super::record::{
-    Execution, ExecutionCompletion, ExecutionLease, ExecutionPage, ExecutionQuery,
-    ExecutionRequest, HeartbeatResult,
+    ClaimedExecution, Execution, ExecutionCompletion, ExecutionLease, ExecutionPage,
+    ExecutionQuery, ExecutionRequest, HeartbeatResult,
 };
 use super::status::ExecutionStatus;
 
@@ -145,6 +145,24 @@ pub trait LeasedExecutionBackend: ExecutionBackend {
         lease_duration: Duration,
         worker_id: &str,
     ) -> ExecutionResult<Vec<ExecutionLease>>;
+
+    /// [`claim`](LeasedExecutionBackend::claim), answering only what a worker needs to run each
+    /// execution ([`ClaimedExecution`]); the claim itself is the same (the same rows, leases and
+    /// attempts). The default converts `claim`'s answer. A backend that can read fewer columns
+    /// of each claimed row overrides it: the execution source claims through this method.
+    async fn claim_to_run(
+        &self,
+        namespace: &str,
+        task_names: &[String],
+        limit: usize,
+        lease_duration: Duration,
+        worker_id: &str,
+    ) -> ExecutionResult<Vec<ClaimedExecution>> {
+        let leases = self
+            .claim(namespace, task_names, limit, lease_duration, worker_id)
+            .await?;
+        Ok(leases.into_iter().map(ClaimedExecution::from).collect())
+    }
 
     /// How many claims one worker's runner may have under way at once (at least one; default
     /// one). A server that runs claims side by side (row locks that skip each other) gains from

@@ -36,8 +36,9 @@ pub use error::{ExecutionError, ExecutionResult};
 pub use inspect::ExecutionInspector;
 pub use memory::MemoryExecutionBackend;
 pub use record::{
-    Execution, ExecutionCompletion, ExecutionErrorDetail, ExecutionLease, ExecutionLimits,
-    ExecutionPage, ExecutionQuery, ExecutionRequest, HeartbeatResult, SubmitOptions,
+    ClaimedExecution, Execution, ExecutionCompletion, ExecutionErrorDetail, ExecutionLease,
+    ExecutionLimits, ExecutionPage, ExecutionQuery, ExecutionRequest, HeartbeatResult,
+    SubmitOptions,
 };
 pub use source::{ExecutionInfo, ExecutionSource, ExecutionSourceOptions, ManagedDelivery};
 pub use status::{AttemptStatus, ExecutionStatus, ParseStatusError};

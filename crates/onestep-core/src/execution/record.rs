@@ -422,6 +422,53 @@ pub struct ExecutionLease {
     pub lease_expires_at: OffsetDateTime,
 }
 
+/// What a worker needs of a claimed execution to run it, answered by
+/// [`LeasedExecutionBackend::claim_to_run`](super::LeasedExecutionBackend::claim_to_run): the
+/// execution's identity, input and attempt count, and the lease. A backend may read only these
+/// columns of each claimed row, which an [`ExecutionLease`]'s full snapshot would have it decode
+/// every one of (a worker reads none of the rest).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClaimedExecution {
+    /// The execution's id.
+    pub id: Uuid,
+    /// Its namespace.
+    pub namespace: String,
+    /// Its task.
+    pub task_name: String,
+    /// The decoded payload.
+    pub payload: Value,
+    /// The decoded metadata.
+    pub metadata: Map<String, Value>,
+    /// Attempts started, this one included.
+    pub attempts: u32,
+    /// When it became ready to run (for the pickup-delay metric).
+    pub available_at: OffsetDateTime,
+    /// The new attempt's id.
+    pub attempt_id: Uuid,
+    /// The token every heartbeat, completion and release must present.
+    pub lease_token: Uuid,
+    /// When the lease ends unless renewed.
+    pub lease_expires_at: OffsetDateTime,
+}
+
+impl From<ExecutionLease> for ClaimedExecution {
+    fn from(lease: ExecutionLease) -> Self {
+        let execution = lease.execution;
+        Self {
+            id: execution.id,
+            namespace: execution.namespace,
+            task_name: execution.task_name,
+            payload: execution.payload,
+            metadata: execution.metadata,
+            attempts: execution.attempts,
+            available_at: execution.available_at,
+            attempt_id: lease.attempt_id,
+            lease_token: lease.lease_token,
+            lease_expires_at: lease.lease_expires_at,
+        }
+    }
+}
+
 /// The answer to a heartbeat.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HeartbeatResult {

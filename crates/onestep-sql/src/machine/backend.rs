@@ -1,7 +1,9 @@
 //! The contract: [`ExecutionBackend`] and [`LeasedExecutionBackend`] over the operations of the
 //! sibling modules, with their retries of transient errors and one-by-one fallbacks.
 
+use onestep_core::execution::ClaimedExecution;
 use onestep_core::execution::backend::heartbeat_each;
+use onestep_core::execution::stored::ClaimedRow;
 
 use super::*;
 
@@ -178,8 +180,29 @@ impl<D: Dialect> LeasedExecutionBackend for SqlExecutionBackend<D> {
     ) -> ExecutionResult<Vec<ExecutionLease>> {
         reject_nul("namespace", namespace)?;
         validate_claim(task_names, limit, lease_duration, worker_id)?;
-        retry_transient(|| self.claim_once(namespace, task_names, limit, lease_duration, worker_id))
-            .await
+        retry_transient(|| {
+            self.claim_once::<ExecutionRow>(namespace, task_names, limit, lease_duration, worker_id)
+        })
+        .await
+    }
+
+    /// The same claim as [`claim`](LeasedExecutionBackend::claim); where the dialect claims in
+    /// one statement (PostgreSQL) that statement answers only the columns a worker runs each
+    /// execution with, so the rest of each row is neither sent nor decoded.
+    async fn claim_to_run(
+        &self,
+        namespace: &str,
+        task_names: &[String],
+        limit: usize,
+        lease_duration: Duration,
+        worker_id: &str,
+    ) -> ExecutionResult<Vec<ClaimedExecution>> {
+        reject_nul("namespace", namespace)?;
+        validate_claim(task_names, limit, lease_duration, worker_id)?;
+        retry_transient(|| {
+            self.claim_once::<ClaimedRow>(namespace, task_names, limit, lease_duration, worker_id)
+        })
+        .await
     }
 
     async fn heartbeat(

@@ -1,7 +1,112 @@
 //! Claiming: the claim statement, in one statement where the dialect has one, else in steps.
 
+use onestep_core::execution::ClaimedExecution;
+use onestep_core::execution::stored::ClaimedRow;
+
 use super::resume::{ClaimKey, Scan};
+use super::statements::ClaimAnswer;
 use super::*;
+use crate::dialect::Row;
+
+/// What a claim reads back of each claimed row, and what it answers for it: a whole execution
+/// (`claim`) or what a worker runs it with (`claim_to_run`).
+pub(super) trait ClaimRow: Sized {
+    /// The answer for one claimed row.
+    type Claimed;
+    /// What the one-statement claim answers of each row.
+    const ANSWER: ClaimAnswer;
+    /// Reads one row of the one-statement claim's answer.
+    fn decode<D: Dialect>(row: &Row<D>) -> Result<Self, sqlx::Error>;
+    /// The execution's id.
+    fn id(&self) -> Uuid;
+    /// The lease token the claim gave the row.
+    fn lease_token(&self) -> Option<Uuid>;
+    /// The claim's time as the row stored it (where the lease starts when no time was bound).
+    fn claimed_at(&self) -> OffsetDateTime;
+    /// The answer, its stored values decoded; an error for values that do not decode.
+    fn into_claimed(
+        self,
+        attempt_id: Uuid,
+        lease_token: Uuid,
+        lease_expires_at: OffsetDateTime,
+    ) -> ExecutionResult<Self::Claimed>;
+    /// The answer for a lease of the claim in steps.
+    fn from_lease(lease: ExecutionLease) -> Self::Claimed;
+}
+
+impl ClaimRow for ExecutionRow {
+    type Claimed = ExecutionLease;
+    const ANSWER: ClaimAnswer = ClaimAnswer::Execution;
+
+    fn decode<D: Dialect>(row: &Row<D>) -> Result<Self, sqlx::Error> {
+        crate::decode::execution::<D>(row)
+    }
+
+    fn id(&self) -> Uuid {
+        self.id
+    }
+
+    fn lease_token(&self) -> Option<Uuid> {
+        self.lease_token
+    }
+
+    fn claimed_at(&self) -> OffsetDateTime {
+        self.updated_at
+    }
+
+    fn into_claimed(
+        mut self,
+        attempt_id: Uuid,
+        lease_token: Uuid,
+        lease_expires_at: OffsetDateTime,
+    ) -> ExecutionResult<ExecutionLease> {
+        self.lease_expires_at = Some(lease_expires_at);
+        Ok(ExecutionLease {
+            execution: self.into_execution()?,
+            attempt_id,
+            lease_token,
+            lease_expires_at,
+        })
+    }
+
+    fn from_lease(lease: ExecutionLease) -> ExecutionLease {
+        lease
+    }
+}
+
+impl ClaimRow for ClaimedRow {
+    type Claimed = ClaimedExecution;
+    const ANSWER: ClaimAnswer = ClaimAnswer::ToRun;
+
+    fn decode<D: Dialect>(row: &Row<D>) -> Result<Self, sqlx::Error> {
+        crate::decode::claimed::<D>(row)
+    }
+
+    fn id(&self) -> Uuid {
+        self.id
+    }
+
+    fn lease_token(&self) -> Option<Uuid> {
+        self.lease_token
+    }
+
+    fn claimed_at(&self) -> OffsetDateTime {
+        self.updated_at
+    }
+
+    fn into_claimed(
+        self,
+        attempt_id: Uuid,
+        lease_token: Uuid,
+        lease_expires_at: OffsetDateTime,
+    ) -> ExecutionResult<ClaimedExecution> {
+        ClaimedRow::into_claimed(self, attempt_id, lease_token, lease_expires_at)
+    }
+
+    fn from_lease(lease: ExecutionLease) -> ClaimedExecution {
+        ClaimedExecution::from(lease)
+    }
+}
 
 impl<D: Dialect> SqlExecutionBackend<D> {
     /// The claim statement for `task_count` task names, with the dialect's placeholders; for
@@ -47,18 +152,29 @@ impl<D: Dialect> SqlExecutionBackend<D> {
     /// The dialect's one-statement claim for `task_count` task names (`None` where the dialect
     /// claims in steps), with the dialect's placeholders; for checking its plan with `EXPLAIN`.
     pub fn claim_in_one_statement_sql(&self, task_count: usize) -> Option<String> {
+        self.one_statement_claim_sql(task_count, ClaimAnswer::Execution)
+    }
+
+    /// [`Self::claim_in_one_statement_sql`] answering only the columns a worker runs each
+    /// execution with (id, namespace, task, payload, metadata, attempts, `available_at`, the
+    /// lease token and the claim's time): the statement `claim_to_run` sends.
+    pub fn claim_to_run_in_one_statement_sql(&self, task_count: usize) -> Option<String> {
+        self.one_statement_claim_sql(task_count, ClaimAnswer::ToRun)
+    }
+
+    fn one_statement_claim_sql(&self, task_count: usize, answer: ClaimAnswer) -> Option<String> {
         let template = D::BATCH_PATHS?.claim;
         if task_count == 1 {
-            return self
-                .inner
-                .statements
-                .claim_one_task_in_one_statement
-                .clone();
+            let statements = &self.inner.statements;
+            return match answer {
+                ClaimAnswer::Execution => statements.claim_one_task_in_one_statement.clone(),
+                ClaimAnswer::ToRun => statements.claim_one_task_to_run_in_one_statement.clone(),
+            };
         }
         let marks = vec!["?"; task_count].join(", ");
         let t = &self.inner.tables;
         Some(D::render(&sql::render(
-            &one_statement_claim(template, &format!("IN ({marks})")),
+            &one_statement_claim(template, &format!("IN ({marks})"), answer),
             &D::quote(&t.executions),
             &D::quote(&t.attempts),
             D::FOR_UPDATE,
@@ -68,19 +184,19 @@ impl<D: Dialect> SqlExecutionBackend<D> {
 
     /// One claim transaction: maintenance when it is due, then the batch, in one statement
     /// where the dialect has one, else in steps.
-    pub(super) async fn claim_once(
+    pub(super) async fn claim_once<R: ClaimRow>(
         &self,
         namespace: &str,
         task_names: &[String],
         limit: usize,
         lease_duration: Duration,
         worker_id: &str,
-    ) -> ExecutionResult<Vec<ExecutionLease>> {
+    ) -> ExecutionResult<Vec<R::Claimed>> {
         let worker_id = worker_id.trim();
         let maintain = self.maintenance_due();
-        if let Some(sql) = self.claim_in_one_statement_sql(task_names.len()) {
+        if let Some(sql) = self.one_statement_claim_sql(task_names.len(), R::ANSWER) {
             let claimed = self
-                .claim_in_one_statement(
+                .claim_in_one_statement::<R>(
                     &sql,
                     maintain,
                     namespace,
@@ -97,21 +213,23 @@ impl<D: Dialect> SqlExecutionBackend<D> {
             // its maintenance); the claim in steps runs both again, fails that row without
             // starting it and claims the rest.
         }
-        self.claim_in_steps(
-            maintain,
-            namespace,
-            task_names,
-            limit,
-            lease_duration,
-            worker_id,
-        )
-        .await
+        let leases = self
+            .claim_in_steps(
+                maintain,
+                namespace,
+                task_names,
+                limit,
+                lease_duration,
+                worker_id,
+            )
+            .await?;
+        Ok(leases.into_iter().map(R::from_lease).collect())
     }
 
     /// [`Self::claim_once`] with the dialect's one-statement claim `sql`. `None`: a claimed row
     /// does not decode, and the transaction was rolled back.
     #[allow(clippy::too_many_arguments)] // the claim's arguments, plus the statement and maintenance
-    pub(super) async fn claim_in_one_statement(
+    pub(super) async fn claim_in_one_statement<R: ClaimRow>(
         &self,
         sql: &str,
         maintain: bool,
@@ -120,7 +238,7 @@ impl<D: Dialect> SqlExecutionBackend<D> {
         limit: usize,
         lease_duration: Duration,
         worker_id: &str,
-    ) -> ExecutionResult<Option<Vec<ExecutionLease>>> {
+    ) -> ExecutionResult<Option<Vec<R::Claimed>>> {
         let op = ConnectorOperation::Fetch;
         let mut tx = self.begin(op).await?;
         let mut swept = super::maintain::Swept::default();
@@ -162,37 +280,32 @@ impl<D: Dialect> SqlExecutionBackend<D> {
                 now.into(),
                 now.into(),
             ]);
-            let rows = crate::decode::executions::<D>(&mut tx, sql, params)
+            let rows = crate::decode::rows::<D, R>(&mut tx, sql, params, R::decode::<D>)
                 .await
                 .map_err(db::<D>(op))?;
             let attempt_ids: std::collections::HashMap<Uuid, Uuid> = fresh.into_iter().collect();
             let mut leases = Vec::with_capacity(rows.len());
-            for mut row in rows {
+            for row in rows {
                 let Some((lease_token, attempt_id)) = row
-                    .lease_token
+                    .lease_token()
                     .and_then(|t| attempt_ids.get(&t).map(|a| (t, *a)))
                 else {
                     return Err(ExecutionError::Backend(
                         format!(
                             "claim returned execution {} without a lease of its own",
-                            row.id
+                            row.id()
                         )
                         .into(),
                     ));
                 };
                 // `updated_at` is the transaction's time when `now` was not bound; the lease ends
                 // exactly where the claim in steps puts it.
-                let lease_expires_at = later(now.unwrap_or(row.updated_at), lease_duration);
-                row.lease_expires_at = Some(lease_expires_at);
-                let Ok(execution) = row.into_execution() else {
+                let lease_expires_at = later(now.unwrap_or(row.claimed_at()), lease_duration);
+                let Ok(claimed) = row.into_claimed(attempt_id, lease_token, lease_expires_at)
+                else {
                     return Ok(None);
                 };
-                leases.push(ExecutionLease {
-                    execution,
-                    attempt_id,
-                    lease_token,
-                    lease_expires_at,
-                });
+                leases.push(claimed);
             }
             Ok(Some(leases))
         }

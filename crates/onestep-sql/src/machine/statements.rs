@@ -19,6 +19,8 @@ pub(super) struct Statements {
     pub(super) claim_one_task: String,
     /// The dialect's one-statement claim of one task, if it has one.
     pub(super) claim_one_task_in_one_statement: Option<String>,
+    /// The same, answering only what a worker runs each execution with.
+    pub(super) claim_one_task_to_run_in_one_statement: Option<String>,
     /// The dialect's look-up of a batch of idempotency keys, if it has one.
     pub(super) rows_by_keys: Option<String>,
     /// The dialect's one-statement submit, if it has one.
@@ -65,7 +67,9 @@ impl Statements {
             finish_attempt_by_token: r(sql::FINISH_ATTEMPT_BY_TOKEN),
             claim_one_task: r(&sql::CLAIM.replace("{tasks}", "= ?")),
             claim_one_task_in_one_statement: D::BATCH_PATHS
-                .map(|b| r(&one_statement_claim(b.claim, "= ?"))),
+                .map(|b| r(&one_statement_claim(b.claim, "= ?", ClaimAnswer::Execution))),
+            claim_one_task_to_run_in_one_statement: D::BATCH_PATHS
+                .map(|b| r(&one_statement_claim(b.claim, "= ?", ClaimAnswer::ToRun))),
             rows_by_keys: D::BATCH_PATHS.map(|b| r(b.rows_by_keys)),
             insert_one: D::BATCH_PATHS.map(|b| r(b.insert_one)),
             insert_many: D::BATCH_PATHS.map(|b| r(b.insert_many)),
@@ -153,11 +157,30 @@ pub(super) fn filter_tasks_on(column: &str, statement: &str) -> String {
     }
 }
 
-/// A dialect's one-statement claim template with the claim select and its time filled in;
-/// `tasks` is `= ?` or `IN (?, …)`.
-pub(super) fn one_statement_claim(template: &str, tasks: &str) -> String {
+/// What a claim answers of each claimed row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum ClaimAnswer {
+    /// Every column (`claim`'s executions).
+    Execution,
+    /// The columns a worker runs it with, [`sql::CLAIMED_COLUMNS`] (`claim_to_run`).
+    ToRun,
+}
+
+/// A dialect's one-statement claim template with the claim select and its time filled in, and
+/// what it keeps and answers of each row; `tasks` is `= ?` or `IN (?, …)`. The rows the
+/// statement updates keep what it answers, plus what its attempts insert and its order read.
+pub(super) fn one_statement_claim(template: &str, tasks: &str, answer: ClaimAnswer) -> String {
+    let (returned, answered) = match answer {
+        ClaimAnswer::Execution => ("{cols}".to_string(), "{cols}"),
+        ClaimAnswer::ToRun => (
+            format!("{}, created_at, worker_id", sql::CLAIMED_COLUMNS),
+            sql::CLAIMED_COLUMNS,
+        ),
+    };
     template
         .replace("{claim}", &sql::CLAIM.replace("{cols}", "e.id"))
+        .replace("{returned}", &returned)
+        .replace("{answered}", answered)
         .replace("{now}", sql::NOW_OR_TRANSACTION_TIME)
         .replace("{tasks}", tasks)
 }

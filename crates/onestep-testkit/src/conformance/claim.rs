@@ -294,3 +294,82 @@ pub async fn expired_cancel_requested_lease_becomes_cancelled<F: BackendFactory>
     assert_eq!(row.status, ExecutionStatus::Cancelled);
     assert_eq!(row.finished_at, Some(setup.clock.now()));
 }
+
+/// `claim_to_run` claims as `claim` does (oldest first, a running attempt under a new lease, a
+/// running execution not claimed twice) and answers what the stored execution holds: tagged
+/// payload values decoded, the metadata, the attempt count, the ready time; the lease fences
+/// writes as a `claim`'s does.
+pub async fn claim_to_run_answers_what_a_worker_runs_with<F: BackendFactory>(f: &F) {
+    let (b, setup) = backend(f).await;
+    let payload = json!({
+        "when": {"$onestep": {"type": "datetime", "value": "2026-01-02T03:04:05.000006+08:00", "fold": 0}},
+        "blob": {"$onestep": {"type": "bytes", "value": "AAEC/w=="}},
+        "huge": 100000000000000000000000000001_u128,
+    });
+    let mut metadata = Map::new();
+    metadata.insert("tenant".into(), json!("acme"));
+    let first = b
+        .submit(request(
+            "t",
+            payload.clone(),
+            SubmitOptions::default().metadata(metadata.clone()),
+        ))
+        .await
+        .unwrap();
+    setup.clock.advance(secs(0.001));
+    let second = submit(&b, "t", json!(2)).await;
+    let tasks = ["t".to_string()];
+    let claimed = b
+        .claim_to_run(NS, &tasks, 5, secs(30.0), "worker-1")
+        .await
+        .unwrap();
+    assert_eq!(
+        claimed.iter().map(|c| c.id).collect::<Vec<_>>(),
+        vec![first.id, second.id],
+        "oldest first"
+    );
+    let c = &claimed[0];
+    let stored = b.get(NS, first.id).await.unwrap().unwrap();
+    assert_eq!(stored.status, ExecutionStatus::Running);
+    assert_eq!((c.namespace.as_str(), c.task_name.as_str()), (NS, "t"));
+    assert_eq!(c.payload, payload);
+    assert_eq!(c.payload, stored.payload);
+    assert_eq!(c.metadata, metadata);
+    assert_eq!(c.metadata, stored.metadata);
+    assert_eq!((c.attempts, stored.attempts), (1, 1));
+    assert_eq!(c.available_at, stored.available_at);
+    assert_eq!(c.lease_expires_at, after(&setup, 30.0));
+    assert_ne!(c.attempt_id, c.id);
+    assert!(
+        b.claim_to_run(NS, &tasks, 5, secs(30.0), "worker-1")
+            .await
+            .unwrap()
+            .is_empty(),
+        "a running execution is not claimed twice"
+    );
+    // The lease is the claim's: a wrong token is refused, the right one retries the execution,
+    // and the next claim counts a second attempt.
+    let wrong = b
+        .complete(
+            c.id,
+            c.attempt_id,
+            uuid::Uuid::new_v4(),
+            ExecutionCompletion::Succeeded { result: json!(1) },
+        )
+        .await;
+    assert!(wrong.is_err(), "a token that is not the lease's is refused");
+    let retry = ExecutionCompletion::Retrying {
+        error: None,
+        delay_s: Some(0.0),
+    };
+    b.complete(c.id, c.attempt_id, c.lease_token, retry)
+        .await
+        .unwrap();
+    let again = b
+        .claim_to_run(NS, &tasks, 5, secs(30.0), "worker-1")
+        .await
+        .unwrap();
+    assert_eq!(again.len(), 1);
+    assert_eq!((again[0].id, again[0].attempts), (first.id, 2));
+    assert_ne!(again[0].lease_token, c.lease_token);
+}

@@ -13,7 +13,7 @@ use uuid::Uuid;
 
 use super::backend::LeasedExecutionBackend;
 use super::error::{ExecutionError, ExecutionResult};
-use super::record::{ExecutionCompletion, ExecutionErrorDetail, ExecutionLease, name};
+use super::record::{ClaimedExecution, ExecutionCompletion, ExecutionErrorDetail, name};
 use super::status::ExecutionStatus;
 use super::stored::RESERVED_METADATA_KEY;
 use crate::connector::ConnectorOperation;
@@ -100,7 +100,7 @@ pub struct ExecutionSource<B> {
     completer: OnceLock<Completer>,
     heartbeater: OnceLock<Arc<Heartbeater<B>>>,
     /// Claimed, not yet handed to the runner (`options.prefetch`), with when each was claimed.
-    prefetched: Mutex<std::collections::VecDeque<(ExecutionLease, std::time::Instant)>>,
+    prefetched: Mutex<std::collections::VecDeque<(ClaimedExecution, std::time::Instant)>>,
     /// Buffer room that claims under way may fill (claims run side by side on some backends:
     /// together they refill the buffer to `options.prefetch`, not each of them).
     refilling: std::sync::atomic::AtomicUsize,
@@ -208,7 +208,7 @@ impl<B: LeasedExecutionBackend + Clone + 'static> ExecutionSource<B> {
 
     fn buffer(
         &self,
-    ) -> std::sync::MutexGuard<'_, std::collections::VecDeque<(ExecutionLease, std::time::Instant)>>
+    ) -> std::sync::MutexGuard<'_, std::collections::VecDeque<(ClaimedExecution, std::time::Instant)>>
     {
         // A panic while the lock was held cannot leave the queue half-changed.
         self.prefetched
@@ -218,7 +218,7 @@ impl<B: LeasedExecutionBackend + Clone + 'static> ExecutionSource<B> {
 
     /// Takes up to `limit` prefetched leases, oldest first, and every buffered lease claimed more
     /// than a heartbeat interval ago (stale: to hand back, not to start).
-    fn take_prefetched(&self, limit: usize) -> (Vec<ExecutionLease>, Vec<ExecutionLease>) {
+    fn take_prefetched(&self, limit: usize) -> (Vec<ClaimedExecution>, Vec<ClaimedExecution>) {
         let fresh_for = self.options.heartbeat_interval;
         let mut buffer = self.buffer();
         let (mut take, mut stale) = (Vec::new(), Vec::new());
@@ -249,32 +249,31 @@ impl<B: LeasedExecutionBackend + Clone + 'static> ExecutionSource<B> {
     }
 
     /// Hands claimed, unstarted executions back (each is queued again, claimable at once).
-    async fn hand_back(&self, leases: Vec<ExecutionLease>) {
+    async fn hand_back(&self, leases: Vec<ClaimedExecution>) {
         for lease in leases {
             if let Err(err) = self
                 .backend
-                .release(lease.execution.id, lease.attempt_id, lease.lease_token)
+                .release(lease.id, lease.attempt_id, lease.lease_token)
                 .await
             {
-                tracing::warn!(source = %self.name, execution_id = %lease.execution.id, error = %err, "could not hand back a prefetched execution; its lease will expire");
+                tracing::warn!(source = %self.name, execution_id = %lease.id, error = %err, "could not hand back a prefetched execution; its lease will expire");
             }
         }
     }
 
-    fn deliveries(&self, leases: Vec<ExecutionLease>) -> Vec<Box<dyn Delivery>> {
+    fn deliveries(&self, leases: Vec<ClaimedExecution>) -> Vec<Box<dyn Delivery>> {
         leases
             .into_iter()
             .map(|lease| Box::new(self.delivery(lease)) as Box<dyn Delivery>)
             .collect()
     }
 
-    fn delivery(&self, lease: ExecutionLease) -> ExecutionDelivery<B> {
-        // The lease is ours: its payload and metadata move into the envelope.
-        let execution = lease.execution;
+    fn delivery(&self, execution: ClaimedExecution) -> ExecutionDelivery<B> {
+        // The claim is ours: its payload and metadata move into the envelope.
         let mut meta = execution.metadata;
         meta.insert(
             RESERVED_METADATA_KEY.into(),
-            json!({"id": execution.id.to_string(), "attempt_id": lease.attempt_id.to_string()}),
+            json!({"id": execution.id.to_string(), "attempt_id": execution.attempt_id.to_string()}),
         );
         let envelope = Envelope {
             body: execution.payload,
@@ -283,7 +282,7 @@ impl<B: LeasedExecutionBackend + Clone + 'static> ExecutionSource<B> {
         };
         let (backend, ids) = (
             self.backend.clone(),
-            (execution.id, lease.attempt_id, lease.lease_token),
+            (execution.id, execution.attempt_id, execution.lease_token),
         );
         let progress = Progress::new(Arc::new(move |value| {
             let backend = backend.clone();
@@ -296,10 +295,10 @@ impl<B: LeasedExecutionBackend + Clone + 'static> ExecutionSource<B> {
             execution_id: execution.id,
             namespace: execution.namespace,
             task_name: execution.task_name,
-            attempt_id: lease.attempt_id,
-            lease_token: lease.lease_token,
+            attempt_id: execution.attempt_id,
+            lease_token: execution.lease_token,
             lease: Arc::new(LeaseState {
-                expires_at: Mutex::new(lease.lease_expires_at),
+                expires_at: Mutex::new(execution.lease_expires_at),
                 cancel_requested: AtomicBool::new(false),
                 cancel: CancellationToken::new(),
             }),
@@ -365,7 +364,7 @@ impl<B: LeasedExecutionBackend + Clone + 'static> Source for ExecutionSource<B> 
         let want = (limit - leases.len() + refill.room).min(self.options.batch_size);
         let claimed = self
             .backend
-            .claim(
+            .claim_to_run(
                 &self.options.namespace,
                 &self.options.task_names,
                 want,
@@ -396,9 +395,7 @@ impl<B: LeasedExecutionBackend + Clone + 'static> Source for ExecutionSource<B> 
             crate::metrics::execution::execution_metrics().claimed(
                 &self.options.namespace,
                 &self.options.task_names[0],
-                claimed
-                    .iter()
-                    .map(|lease| (lease.execution.available_at, now)),
+                claimed.iter().map(|claimed| (claimed.available_at, now)),
             );
         }
         let mut claimed = claimed.into_iter();
@@ -413,7 +410,7 @@ impl<B: LeasedExecutionBackend + Clone + 'static> Source for ExecutionSource<B> 
     }
 
     async fn return_unstarted(&self) -> Result<()> {
-        let buffered: Vec<ExecutionLease> = self.buffer().drain(..).map(|(l, _)| l).collect();
+        let buffered: Vec<ClaimedExecution> = self.buffer().drain(..).map(|(c, _)| c).collect();
         self.hand_back(buffered).await;
         Ok(())
     }
@@ -484,7 +481,7 @@ mod tests {
     use super::*;
     use crate::connector::{ConnectorErrorKind, ConnectorOperationError};
     use crate::execution::record::{
-        Execution, ExecutionPage, ExecutionQuery, ExecutionRequest, SubmitOptions,
+        Execution, ExecutionLease, ExecutionPage, ExecutionQuery, ExecutionRequest, SubmitOptions,
     };
     use crate::execution::{ExecutionBackend, MemoryExecutionBackend};
 

@@ -74,8 +74,9 @@ pub(crate) fn claimed<D: Dialect>(row: &Row<D>) -> Result<ClaimedRow, sqlx::Erro
         metadata: D::json(row, 4)?.unwrap_or(Value::Null),
         attempts: required(D::int(row, 5)?, "attempts")?,
         available_at: required(D::time(row, 6)?, "available_at")?,
-        lease_token: D::id(row, 7)?,
-        updated_at: required(D::time(row, 8)?, "updated_at")?,
+        created_at: required(D::time(row, 7)?, "created_at")?,
+        lease_token: D::id(row, 8)?,
+        updated_at: required(D::time(row, 9)?, "updated_at")?,
     })
 }
 

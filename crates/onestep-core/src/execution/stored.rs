@@ -480,9 +480,11 @@ pub struct ClaimedRow {
     pub attempts: i32,
     /// When it became ready.
     pub available_at: OffsetDateTime,
-    /// The claim's lease token.
+    /// When it was submitted (with `available_at` and `id`, its place in claim order).
+    pub created_at: OffsetDateTime,
+    /// The lease token as the row holds it: the claim's, read back after the claim.
     pub lease_token: Option<Uuid>,
-    /// The claim's time (where the lease starts).
+    /// The row's last change: the claim's time, read back after the claim.
     pub updated_at: OffsetDateTime,
 }
 

@@ -1,112 +1,9 @@
 //! Claiming: the claim statement, in one statement where the dialect has one, else in steps.
 
-use onestep_core::execution::ClaimedExecution;
-use onestep_core::execution::stored::ClaimedRow;
-
-use super::resume::{ClaimKey, Scan};
+use super::claim_row::{ClaimRow, Started};
+use super::resume::Scan;
 use super::statements::ClaimAnswer;
 use super::*;
-use crate::dialect::Row;
-
-/// What a claim reads back of each claimed row, and what it answers for it: a whole execution
-/// (`claim`) or what a worker runs it with (`claim_to_run`).
-pub(super) trait ClaimRow: Sized {
-    /// The answer for one claimed row.
-    type Claimed;
-    /// What the one-statement claim answers of each row.
-    const ANSWER: ClaimAnswer;
-    /// Reads one row of the one-statement claim's answer.
-    fn decode<D: Dialect>(row: &Row<D>) -> Result<Self, sqlx::Error>;
-    /// The execution's id.
-    fn id(&self) -> Uuid;
-    /// The lease token the claim gave the row.
-    fn lease_token(&self) -> Option<Uuid>;
-    /// The claim's time as the row stored it (where the lease starts when no time was bound).
-    fn claimed_at(&self) -> OffsetDateTime;
-    /// The answer, its stored values decoded; an error for values that do not decode.
-    fn into_claimed(
-        self,
-        attempt_id: Uuid,
-        lease_token: Uuid,
-        lease_expires_at: OffsetDateTime,
-    ) -> ExecutionResult<Self::Claimed>;
-    /// The answer for a lease of the claim in steps.
-    fn from_lease(lease: ExecutionLease) -> Self::Claimed;
-}
-
-impl ClaimRow for ExecutionRow {
-    type Claimed = ExecutionLease;
-    const ANSWER: ClaimAnswer = ClaimAnswer::Execution;
-
-    fn decode<D: Dialect>(row: &Row<D>) -> Result<Self, sqlx::Error> {
-        crate::decode::execution::<D>(row)
-    }
-
-    fn id(&self) -> Uuid {
-        self.id
-    }
-
-    fn lease_token(&self) -> Option<Uuid> {
-        self.lease_token
-    }
-
-    fn claimed_at(&self) -> OffsetDateTime {
-        self.updated_at
-    }
-
-    fn into_claimed(
-        mut self,
-        attempt_id: Uuid,
-        lease_token: Uuid,
-        lease_expires_at: OffsetDateTime,
-    ) -> ExecutionResult<ExecutionLease> {
-        self.lease_expires_at = Some(lease_expires_at);
-        Ok(ExecutionLease {
-            execution: self.into_execution()?,
-            attempt_id,
-            lease_token,
-            lease_expires_at,
-        })
-    }
-
-    fn from_lease(lease: ExecutionLease) -> ExecutionLease {
-        lease
-    }
-}
-
-impl ClaimRow for ClaimedRow {
-    type Claimed = ClaimedExecution;
-    const ANSWER: ClaimAnswer = ClaimAnswer::ToRun;
-
-    fn decode<D: Dialect>(row: &Row<D>) -> Result<Self, sqlx::Error> {
-        crate::decode::claimed::<D>(row)
-    }
-
-    fn id(&self) -> Uuid {
-        self.id
-    }
-
-    fn lease_token(&self) -> Option<Uuid> {
-        self.lease_token
-    }
-
-    fn claimed_at(&self) -> OffsetDateTime {
-        self.updated_at
-    }
-
-    fn into_claimed(
-        self,
-        attempt_id: Uuid,
-        lease_token: Uuid,
-        lease_expires_at: OffsetDateTime,
-    ) -> ExecutionResult<ClaimedExecution> {
-        ClaimedRow::into_claimed(self, attempt_id, lease_token, lease_expires_at)
-    }
-
-    fn from_lease(lease: ExecutionLease) -> ClaimedExecution {
-        ClaimedExecution::from(lease)
-    }
-}
 
 impl<D: Dialect> SqlExecutionBackend<D> {
     /// The claim statement for `task_count` task names, with the dialect's placeholders; for
@@ -213,17 +110,15 @@ impl<D: Dialect> SqlExecutionBackend<D> {
             // its maintenance); the claim in steps runs both again, fails that row without
             // starting it and claims the rest.
         }
-        let leases = self
-            .claim_in_steps(
-                maintain,
-                namespace,
-                task_names,
-                limit,
-                lease_duration,
-                worker_id,
-            )
-            .await?;
-        Ok(leases.into_iter().map(R::from_lease).collect())
+        self.claim_in_steps::<R>(
+            maintain,
+            namespace,
+            task_names,
+            limit,
+            lease_duration,
+            worker_id,
+        )
+        .await
     }
 
     /// [`Self::claim_once`] with the dialect's one-statement claim `sql`. `None`: a claimed row
@@ -328,7 +223,7 @@ impl<D: Dialect> SqlExecutionBackend<D> {
     }
 
     /// [`Self::claim_once`] in steps: the locking select, one `UPDATE` and one multi-row `INSERT`.
-    pub(super) async fn claim_in_steps(
+    pub(super) async fn claim_in_steps<R: ClaimRow>(
         &self,
         maintain: bool,
         namespace: &str,
@@ -336,7 +231,7 @@ impl<D: Dialect> SqlExecutionBackend<D> {
         limit: usize,
         lease_duration: Duration,
         worker_id: &str,
-    ) -> ExecutionResult<Vec<ExecutionLease>> {
+    ) -> ExecutionResult<Vec<R::Claimed>> {
         let op = ConnectorOperation::Fetch;
         let worker_id = worker_id.to_string();
         let queue = super::resume::queue_of(namespace, task_names);
@@ -369,10 +264,10 @@ impl<D: Dialect> SqlExecutionBackend<D> {
                     _ => self.claim_sql(task_names.len()),
                 };
                 params.extend([now.into(), i64::try_from(limit).unwrap_or(1000).into()]);
-                (claim, params)
+                (R::select(claim), params)
             };
             let (claim, params) = select(scan);
-            let mut rows = crate::decode::executions::<D>(&mut tx, &claim, params)
+            let mut rows = crate::decode::rows::<D, R>(&mut tx, &claim, params, R::decode::<D>)
                 .await
                 .map_err(db::<D>(op))?;
             if rows.len() < limit && scan != Scan::FromFront {
@@ -381,39 +276,34 @@ impl<D: Dialect> SqlExecutionBackend<D> {
                 // The rows read after the key come back again (this transaction holds them).
                 scan = Scan::FromFront;
                 let (claim, params) = select(scan);
-                rows = crate::decode::executions::<D>(&mut tx, &claim, params)
+                rows = crate::decode::rows::<D, R>(&mut tx, &claim, params, R::decode::<D>)
                     .await
                     .map_err(db::<D>(op))?;
             }
             let full = rows.len() >= limit;
-            let last = rows.last().map(|r| ClaimKey {
-                available_at: r.available_at,
-                created_at: r.created_at,
-                id: r.id,
-            });
+            let last = rows.last().map(R::claim_key);
             outcome = Some((scan, full, last));
             // Each row is started in memory and decoded once, as the execution it becomes
             // (decoding reads none of what starting changes). A row whose stored values do not
             // decode would fail every claim of its task forever: fail it (it never started) and
             // claim the rest.
             let lease_expires_at = later(now, lease_duration);
+            let mut started = Vec::with_capacity(rows.len());
             let mut leases = Vec::with_capacity(rows.len());
             let mut poisoned = Vec::new();
-            for mut row in rows {
-                let id = row.id;
-                let attempt_id = new_row_id();
-                let lease_token = Uuid::new_v4();
-                row.status = ExecutionStatus::Running;
-                row.attempts = row.attempts.saturating_add(1);
-                row.lease_token = Some(lease_token);
-                row.lease_expires_at = Some(lease_expires_at);
-                row.worker_id = Some(worker_id.clone());
-                row.started_at = row.started_at.or(Some(now));
-                row.updated_at = now;
-                row.version = row.version.saturating_add(1);
-                let attempt_no = row.attempts;
-                match row.into_execution() {
-                    Ok(execution) => leases.push((attempt_no, ExecutionLease { execution, attempt_id, lease_token, lease_expires_at })),
+            for row in rows {
+                let id = row.id();
+                let start = Started {
+                    id,
+                    attempt_no: row.attempts().saturating_add(1),
+                    attempt_id: new_row_id(),
+                    lease_token: Uuid::new_v4(),
+                };
+                match row.start(&start, lease_expires_at, &worker_id, now) {
+                    Ok(claimed) => {
+                        started.push(start);
+                        leases.push(claimed);
+                    }
                     Err(err) => poisoned.push((id, err.to_string())),
                 }
             }
@@ -436,17 +326,16 @@ impl<D: Dialect> SqlExecutionBackend<D> {
             // The rows are locked (FOR UPDATE SKIP LOCKED, or SQLite's write transaction), so
             // the whole batch starts in two statements: one UPDATE and one INSERT.
             let (start, start_params, insert, insert_params) = match self.json_batches() {
-                Some(json) => self.start_statements_json(json, &leases, lease_expires_at, &worker_id, now),
-                None => self.start_statements(&leases, lease_expires_at, &worker_id, now),
+                Some(json) => self.start_statements_json(json, &started, lease_expires_at, &worker_id, now),
+                None => self.start_statements(&started, lease_expires_at, &worker_id, now),
             };
-            let started = D::execute(&mut tx, &start, start_params).await.map_err(db::<D>(op))?;
-            if started != leases.len() as u64 {
+            let updated = D::execute(&mut tx, &start, start_params).await.map_err(db::<D>(op))?;
+            if updated != started.len() as u64 {
                 return Err(ExecutionError::Backend(
-                    format!("claim updated {started} of {} locked rows", leases.len()).into(),
+                    format!("claim updated {updated} of {} locked rows", started.len()).into(),
                 ));
             }
             D::execute(&mut tx, &insert, insert_params).await.map_err(db::<D>(op))?;
-            let leases: Vec<ExecutionLease> = leases.into_iter().map(|(_, lease)| lease).collect();
             Ok(leases)
         }
         .await;
@@ -462,10 +351,9 @@ impl<D: Dialect> SqlExecutionBackend<D> {
 
     /// The statements that start a claimed batch and insert its attempts, with their
     /// parameters: an `UPDATE … CASE` and a multi-row `INSERT`, which grow with the batch.
-    /// `leases` pairs each lease with its attempt number.
     fn start_statements(
         &self,
-        leases: &[(i32, ExecutionLease)],
+        leases: &[Started],
         lease_expires_at: OffsetDateTime,
         worker_id: &str,
         now: OffsetDateTime,
@@ -489,12 +377,12 @@ impl<D: Dialect> SqlExecutionBackend<D> {
         ));
         let mut start_params: Vec<Param> = Vec::with_capacity(n * 3 + 4);
         let mut insert_params: Vec<Param> = Vec::with_capacity(n * 7);
-        for (attempt_no, lease) in leases {
-            start_params.extend([lease.execution.id.into(), lease.lease_token.into()]);
+        for lease in leases {
+            start_params.extend([lease.id.into(), lease.lease_token.into()]);
             insert_params.extend([
                 lease.attempt_id.into(),
-                lease.execution.id.into(),
-                (*attempt_no).into(),
+                lease.id.into(),
+                lease.attempt_no.into(),
                 lease.lease_token.into(),
                 worker_id.into(),
                 now.into(),
@@ -507,7 +395,7 @@ impl<D: Dialect> SqlExecutionBackend<D> {
             now.into(),
             now.into(),
         ]);
-        start_params.extend(leases.iter().map(|(_, l)| Param::from(l.execution.id)));
+        start_params.extend(leases.iter().map(|l| Param::from(l.id)));
         (start, start_params, insert, insert_params)
     }
 
@@ -515,19 +403,19 @@ impl<D: Dialect> SqlExecutionBackend<D> {
     fn start_statements_json(
         &self,
         json: &super::json_batch::JsonStatements,
-        leases: &[(i32, ExecutionLease)],
+        leases: &[Started],
         lease_expires_at: OffsetDateTime,
         worker_id: &str,
         now: OffsetDateTime,
     ) -> (String, Vec<Param>, String, Vec<Param>) {
         use super::json_batch::batch;
-        let started = batch(leases, |f, (_, l)| {
-            f.id("i", l.execution.id).id("t", l.lease_token);
+        let started = batch(leases, |f, l| {
+            f.id("i", l.id).id("t", l.lease_token);
         });
-        let attempts = batch(leases, |f, (attempt_no, l)| {
+        let attempts = batch(leases, |f, l| {
             f.id("a", l.attempt_id)
-                .id("i", l.execution.id)
-                .int("n", i64::from(*attempt_no))
+                .id("i", l.id)
+                .int("n", i64::from(l.attempt_no))
                 .id("t", l.lease_token);
         });
         (

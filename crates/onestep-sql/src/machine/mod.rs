@@ -21,6 +21,7 @@
 mod admin;
 mod backend;
 mod claim;
+mod claim_row;
 mod complete;
 mod group;
 mod inspect;

@@ -173,7 +173,7 @@ pub(super) fn one_statement_claim(template: &str, tasks: &str, answer: ClaimAnsw
     let (returned, answered) = match answer {
         ClaimAnswer::Execution => ("{cols}".to_string(), "{cols}"),
         ClaimAnswer::ToRun => (
-            format!("{}, created_at, worker_id", sql::CLAIMED_COLUMNS),
+            format!("{}, worker_id", sql::CLAIMED_COLUMNS),
             sql::CLAIMED_COLUMNS,
         ),
     };

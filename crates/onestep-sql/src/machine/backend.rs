@@ -178,12 +178,8 @@ impl<D: Dialect> LeasedExecutionBackend for SqlExecutionBackend<D> {
         lease_duration: Duration,
         worker_id: &str,
     ) -> ExecutionResult<Vec<ExecutionLease>> {
-        reject_nul("namespace", namespace)?;
-        validate_claim(task_names, limit, lease_duration, worker_id)?;
-        retry_transient(|| {
-            self.claim_once::<ExecutionRow>(namespace, task_names, limit, lease_duration, worker_id)
-        })
-        .await
+        self.claim_checked::<ExecutionRow>(namespace, task_names, limit, lease_duration, worker_id)
+            .await
     }
 
     /// The same claim as [`claim`](LeasedExecutionBackend::claim); where the dialect claims in
@@ -197,12 +193,8 @@ impl<D: Dialect> LeasedExecutionBackend for SqlExecutionBackend<D> {
         lease_duration: Duration,
         worker_id: &str,
     ) -> ExecutionResult<Vec<ClaimedExecution>> {
-        reject_nul("namespace", namespace)?;
-        validate_claim(task_names, limit, lease_duration, worker_id)?;
-        retry_transient(|| {
-            self.claim_once::<ClaimedRow>(namespace, task_names, limit, lease_duration, worker_id)
-        })
-        .await
+        self.claim_checked::<ClaimedRow>(namespace, task_names, limit, lease_duration, worker_id)
+            .await
     }
 
     async fn heartbeat(

@@ -2,7 +2,7 @@
 
 use super::claim_row::{ClaimRow, Started};
 use super::resume::Scan;
-use super::statements::ClaimAnswer;
+use super::statements::{ClaimAnswer, claim_in_steps_for};
 use super::*;
 
 impl<D: Dialect> SqlExecutionBackend<D> {
@@ -77,6 +77,24 @@ impl<D: Dialect> SqlExecutionBackend<D> {
             D::FOR_UPDATE,
             D::SKIP_LOCKED,
         )))
+    }
+
+    /// A claim, its arguments checked first, answering each claimed row as `R` does (`claim`
+    /// and `claim_to_run`); a transient failure is tried again.
+    pub(super) async fn claim_checked<R: ClaimRow>(
+        &self,
+        namespace: &str,
+        task_names: &[String],
+        limit: usize,
+        lease_duration: Duration,
+        worker_id: &str,
+    ) -> ExecutionResult<Vec<R::Claimed>> {
+        reject_nul("namespace", namespace)?;
+        validate_claim(task_names, limit, lease_duration, worker_id)?;
+        retry_transient(|| {
+            self.claim_once::<R>(namespace, task_names, limit, lease_duration, worker_id)
+        })
+        .await
     }
 
     /// One claim transaction: maintenance when it is due, then the batch, in one statement
@@ -264,7 +282,7 @@ impl<D: Dialect> SqlExecutionBackend<D> {
                     _ => self.claim_sql(task_names.len()),
                 };
                 params.extend([now.into(), i64::try_from(limit).unwrap_or(1000).into()]);
-                (R::select(claim), params)
+                (claim_in_steps_for(claim, R::ANSWER), params)
             };
             let (claim, params) = select(scan);
             let mut rows = crate::decode::rows::<D, R>(&mut tx, &claim, params, R::decode::<D>)

@@ -22,11 +22,8 @@ pub(super) struct Started {
 pub(super) trait ClaimRow: Sized {
     /// The answer for one claimed row.
     type Claimed;
-    /// What the one-statement claim answers of each row.
+    /// What the claim answers of each row (and so selects, in steps).
     const ANSWER: ClaimAnswer;
-    /// A claim in steps' select (`statement`, selecting every column) selecting the columns
-    /// [`Self::decode`] reads.
-    fn select(statement: String) -> String;
     /// Reads one row, from the one-statement claim's answer or the claim in steps' select.
     fn decode<D: Dialect>(row: &Row<D>) -> Result<Self, sqlx::Error>;
     /// The execution's id.
@@ -62,10 +59,6 @@ pub(super) trait ClaimRow: Sized {
 impl ClaimRow for ExecutionRow {
     type Claimed = ExecutionLease;
     const ANSWER: ClaimAnswer = ClaimAnswer::Execution;
-
-    fn select(statement: String) -> String {
-        statement
-    }
 
     fn decode<D: Dialect>(row: &Row<D>) -> Result<Self, sqlx::Error> {
         crate::decode::execution::<D>(row)
@@ -134,14 +127,6 @@ impl ClaimRow for ClaimedRow {
     type Claimed = ClaimedExecution;
     const ANSWER: ClaimAnswer = ClaimAnswer::ToRun;
 
-    fn select(statement: String) -> String {
-        debug_assert!(
-            statement.contains(sql::EXECUTION_COLUMNS),
-            "a claim in steps selects every column: {statement}"
-        );
-        statement.replacen(sql::EXECUTION_COLUMNS, sql::CLAIMED_COLUMNS, 1)
-    }
-
     fn decode<D: Dialect>(row: &Row<D>) -> Result<Self, sqlx::Error> {
         crate::decode::claimed::<D>(row)
     }
@@ -188,38 +173,5 @@ impl ClaimRow for ClaimedRow {
     ) -> ExecutionResult<ClaimedExecution> {
         self.attempts = start.attempt_no;
         ClaimedRow::into_claimed(self, start.attempt_id, start.lease_token, lease_expires_at)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// `claim_to_run`'s claim in steps narrows the select by its column list, which must appear
-    /// once, as the select's columns.
-    #[test]
-    fn the_claim_in_steps_names_every_column_once_and_narrows_to_the_claimed_ones() {
-        let claim = sql::render(
-            &sql::CLAIM.replace("{tasks}", "= ?"),
-            "x_executions",
-            "x_attempts",
-            " FOR UPDATE",
-            " SKIP LOCKED",
-        );
-        assert_eq!(claim.matches(sql::EXECUTION_COLUMNS).count(), 1);
-        let narrowed = ClaimedRow::select(claim.clone());
-        assert!(
-            narrowed.starts_with(&format!(
-                "SELECT {} FROM x_executions e ",
-                sql::CLAIMED_COLUMNS
-            )),
-            "{narrowed}"
-        );
-        assert_eq!(
-            narrowed.replacen(sql::CLAIMED_COLUMNS, sql::EXECUTION_COLUMNS, 1),
-            claim,
-            "only the columns change"
-        );
-        assert_eq!(ExecutionRow::select(claim.clone()), claim);
     }
 }

@@ -166,6 +166,21 @@ pub(super) enum ClaimAnswer {
     ToRun,
 }
 
+/// A claim in steps (`statement`: its select names every column, once) selecting what
+/// `answer` reads of each row.
+pub(super) fn claim_in_steps_for(statement: String, answer: ClaimAnswer) -> String {
+    match answer {
+        ClaimAnswer::Execution => statement,
+        ClaimAnswer::ToRun => {
+            debug_assert!(
+                statement.contains(sql::EXECUTION_COLUMNS),
+                "a claim in steps selects every column: {statement}"
+            );
+            statement.replacen(sql::EXECUTION_COLUMNS, sql::CLAIMED_COLUMNS, 1)
+        }
+    }
+}
+
 /// A dialect's one-statement claim template with the claim select and its time filled in, and
 /// what it keeps and answers of each row; `tasks` is `= ?` or `IN (?, …)`. The rows the
 /// statement updates keep what it answers, plus what its attempts insert and its order read.
@@ -183,4 +198,40 @@ pub(super) fn one_statement_claim(template: &str, tasks: &str, answer: ClaimAnsw
         .replace("{answered}", answered)
         .replace("{now}", sql::NOW_OR_TRANSACTION_TIME)
         .replace("{tasks}", tasks)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `claim_to_run`'s claim in steps narrows the select by its column list, which must appear
+    /// once, as the select's columns.
+    #[test]
+    fn the_claim_in_steps_names_every_column_once_and_narrows_to_the_claimed_ones() {
+        let claim = sql::render(
+            &sql::CLAIM.replace("{tasks}", "= ?"),
+            "x_executions",
+            "x_attempts",
+            " FOR UPDATE",
+            " SKIP LOCKED",
+        );
+        assert_eq!(claim.matches(sql::EXECUTION_COLUMNS).count(), 1);
+        let narrowed = claim_in_steps_for(claim.clone(), ClaimAnswer::ToRun);
+        assert!(
+            narrowed.starts_with(&format!(
+                "SELECT {} FROM x_executions e ",
+                sql::CLAIMED_COLUMNS
+            )),
+            "{narrowed}"
+        );
+        assert_eq!(
+            narrowed.replacen(sql::CLAIMED_COLUMNS, sql::EXECUTION_COLUMNS, 1),
+            claim,
+            "only the columns change"
+        );
+        assert_eq!(
+            claim_in_steps_for(claim.clone(), ClaimAnswer::Execution),
+            claim
+        );
+    }
 }

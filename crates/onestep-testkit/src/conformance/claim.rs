@@ -318,11 +318,7 @@ pub async fn claim_to_run_answers_what_a_worker_runs_with<F: BackendFactory>(f: 
         .unwrap();
     setup.clock.advance(secs(0.001));
     let second = submit(&b, "t", json!(2)).await;
-    let tasks = ["t".to_string()];
-    let claimed = b
-        .claim_to_run(NS, &tasks, 5, secs(30.0), "worker-1")
-        .await
-        .unwrap();
+    let claimed = claim_to_run(&b, "t", 5, 30.0).await;
     assert_eq!(
         claimed.iter().map(|c| c.id).collect::<Vec<_>>(),
         vec![first.id, second.id],
@@ -341,10 +337,7 @@ pub async fn claim_to_run_answers_what_a_worker_runs_with<F: BackendFactory>(f: 
     assert_eq!(c.lease_expires_at, after(&setup, 30.0));
     assert_ne!(c.attempt_id, c.id);
     assert!(
-        b.claim_to_run(NS, &tasks, 5, secs(30.0), "worker-1")
-            .await
-            .unwrap()
-            .is_empty(),
+        claim_to_run(&b, "t", 5, 30.0).await.is_empty(),
         "a running execution is not claimed twice"
     );
     // The lease is the claim's: a wrong token is refused, the right one retries the execution,
@@ -365,10 +358,7 @@ pub async fn claim_to_run_answers_what_a_worker_runs_with<F: BackendFactory>(f: 
     b.complete(c.id, c.attempt_id, c.lease_token, retry)
         .await
         .unwrap();
-    let again = b
-        .claim_to_run(NS, &tasks, 5, secs(30.0), "worker-1")
-        .await
-        .unwrap();
+    let again = claim_to_run(&b, "t", 5, 30.0).await;
     assert_eq!(again.len(), 1);
     assert_eq!((again[0].id, again[0].attempts), (first.id, 2));
     assert_ne!(again[0].lease_token, c.lease_token);

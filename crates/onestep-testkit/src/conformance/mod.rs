@@ -96,6 +96,17 @@ async fn claim<B: LeasedExecutionBackend>(
         .unwrap()
 }
 
+async fn claim_to_run<B: LeasedExecutionBackend>(
+    b: &B,
+    task: &str,
+    limit: usize,
+    lease_s: f64,
+) -> Vec<onestep_core::execution::ClaimedExecution> {
+    b.claim_to_run(NS, &[task.to_string()], limit, secs(lease_s), "worker-1")
+        .await
+        .unwrap()
+}
+
 async fn claim_one<B: LeasedExecutionBackend>(b: &B, task: &str, lease_s: f64) -> ExecutionLease {
     let mut leases = claim(b, task, 1, lease_s).await;
     assert_eq!(

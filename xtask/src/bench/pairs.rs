@@ -26,7 +26,19 @@ pub struct Pair<'a> {
     pub server: &'a str,
     /// Worker apps of our drain (`burndown --workers`).
     pub workers: usize,
+    /// Each worker's slots and claim batch when not the bench's (`--concurrency`, `--batch`):
+    /// see [`CEILING_SLOTS`].
+    pub slots: Option<usize>,
 }
+
+/// Slots of the worker compared with the ceiling like for like: as many as the ceiling keeps
+/// executions claimed at once (its connections, each holding one claimed batch until it is
+/// completed). A worker claims for free slots only, so its slots bound the executions between a
+/// claim's start and their handlers' end, and every slot waits out each claim's round trip:
+/// with fewer slots than the ceiling keeps claimed, a worker holds less work in flight than the
+/// ceiling does (Little's law), whatever either costs. At this size the runner's claims (half
+/// its slots) are as large as the ceiling's.
+pub const CEILING_SLOTS: usize = ceiling::CONNECTIONS * ceiling::BATCH;
 
 /// Where the paired runs find their programs and servers, and what our drains look like.
 pub struct Setup<'a> {
@@ -59,23 +71,24 @@ impl Setup<'_> {
     }
 }
 
-/// The comparisons of a bench run: one worker on each server, and two workers on PostgreSQL
-/// when the scale-out runs are asked for too.
+/// The comparisons of a bench run: on each server one worker with the bench's slots and one
+/// with [`CEILING_SLOTS`], and two workers on PostgreSQL when the scale-out runs are asked for
+/// too.
 pub fn pairs(scale_out: bool) -> Vec<Pair<'static>> {
-    let mut pairs = vec![Pair {
-        server: "postgres",
-        workers: 1,
-    }];
+    let worker = |server, workers, slots| Pair {
+        server,
+        workers,
+        slots,
+    };
+    let mut pairs = vec![
+        worker("postgres", 1, None),
+        worker("postgres", 1, Some(CEILING_SLOTS)),
+    ];
     if scale_out {
-        pairs.push(Pair {
-            server: "postgres",
-            workers: 2,
-        });
+        pairs.push(worker("postgres", 2, None));
     }
-    pairs.push(Pair {
-        server: "mariadb",
-        workers: 1,
-    });
+    pairs.push(worker("mariadb", 1, None));
+    pairs.push(worker("mariadb", 1, Some(CEILING_SLOTS)));
     pairs
 }
 
@@ -139,20 +152,32 @@ fn reference_run(
 }
 
 fn our_run(setup: &Setup<'_>, pair: &Pair<'_>, round: usize) -> Result<Value> {
+    let shape = pair
+        .slots
+        .map_or((setup.concurrency, setup.batch), |slots| (slots, slots));
     let cmd = scale::command(
         setup.burndown,
         setup.dsn(pair.server),
         setup.n,
-        (setup.concurrency, setup.batch),
+        shape,
         pair.workers,
     );
     let what = format!(
-        "round {round}: onestep on {}, {} worker(s)",
-        pair.server, pair.workers
+        "round {round}: onestep on {}, {} worker(s), {} slots",
+        pair.server, pair.workers, shape.0
     );
-    let mut line = super::labeled_run(cmd, &what, &scale::system(pair.workers), pair.server, &[])?;
+    let mut line = super::labeled_run(cmd, &what, &system(pair), pair.server, &[])?;
     mark(&mut line, round);
     Ok(line)
+}
+
+/// The name of `pair`'s drain in the tables: [`scale::system`], and its slots when they are
+/// [`CEILING_SLOTS`].
+fn system(pair: &Pair<'_>) -> String {
+    match pair.slots {
+        Some(slots) => format!("{}, {slots} slots", scale::system(pair.workers)),
+        None => scale::system(pair.workers),
+    }
 }
 
 fn mark(line: &mut Value, round: usize) {
@@ -347,10 +372,27 @@ mod tests {
 
     #[test]
     fn two_workers_are_compared_only_with_the_scale_out_runs() {
-        assert_eq!(pairs(false).len(), 2);
-        assert!(pairs(true).contains(&Pair {
+        assert_eq!(pairs(false).len(), 4);
+        let two = Pair {
             server: "postgres",
-            workers: 2
-        }));
+            workers: 2,
+            slots: None,
+        };
+        assert!(pairs(true).contains(&two));
+        assert!(!pairs(false).contains(&two));
+    }
+
+    #[test]
+    fn each_server_has_a_worker_with_the_ceilings_slots() {
+        assert_eq!(CEILING_SLOTS, 200);
+        for server in ["postgres", "mariadb"] {
+            let like = Pair {
+                server,
+                workers: 1,
+                slots: Some(CEILING_SLOTS),
+            };
+            assert!(pairs(false).contains(&like), "{server}");
+            assert_eq!(system(&like), "onestep (Rust), 1 worker, 200 slots");
+        }
     }
 }

@@ -76,29 +76,27 @@ pub(super) async fn completion_loop<B: LeasedExecutionBackend + Clone + 'static>
     while writing.join_next().await.is_some() {}
 }
 
-/// Writes one batch of completions and answers each; if the batch fails as a whole, each
-/// completion is written on its own so it gets its own answer.
+/// Writes one batch of completions and answers each. If the batch fails as a whole, no
+/// completion is answered: each delivery then writes its own on its own (the fallback of
+/// `complete_execution`, which kept its completion), so the batch's completions move into the
+/// write instead of being copied for a second try here.
 pub(super) async fn write_completions<B: LeasedExecutionBackend>(
     backend: B,
     batch: Vec<CompletionJob>,
 ) {
     crate::metrics::execution::execution_metrics().completion_batch(batch.len());
-    let items = batch
-        .iter()
-        .map(|j| (j.ids.0, j.ids.1, j.ids.2, j.completion.clone()))
-        .collect();
-    match backend.complete_many_statuses(items).await {
-        Ok(results) if results.len() == batch.len() => {
-            for (job, result) in batch.into_iter().zip(results) {
-                let _ = job.reply.send(result);
-            }
-        }
-        _ => {
-            for job in batch {
-                let (e, a, t) = job.ids;
-                let answer = backend.complete(e, a, t, job.completion).await;
-                let _ = job.reply.send(answer.map(|execution| execution.status));
-            }
+    let (replies, items): (Vec<_>, Vec<_>) = batch
+        .into_iter()
+        .map(|job| {
+            let (e, a, t) = job.ids;
+            (job.reply, (e, a, t, job.completion))
+        })
+        .unzip();
+    if let Ok(results) = backend.complete_many_statuses(items).await
+        && results.len() == replies.len()
+    {
+        for (reply, result) in replies.into_iter().zip(results) {
+            let _ = reply.send(result);
         }
     }
 }

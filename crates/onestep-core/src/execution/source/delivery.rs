@@ -180,6 +180,8 @@ impl<B: LeasedExecutionBackend + Clone + 'static> ManagedDelivery for ExecutionD
         self.stop_heartbeat();
         let succeeded = matches!(completion, ExecutionCompletion::Succeeded { .. });
         let ids = (self.execution_id, self.attempt_id, self.lease_token);
+        // The batch writer gets a copy: a batch that fails as a whole (or a writer stopped
+        // mid-batch) leaves its completions unanswered, and each is then written here.
         if let Some(queue) = &self.completions {
             let (reply, answer) = tokio::sync::oneshot::channel();
             let job = CompletionJob {

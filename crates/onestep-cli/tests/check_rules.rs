@@ -131,9 +131,34 @@ fn execution_source_options_follow_the_shared_rules() {
             "resources.jobs.auto_create",
             "expected true or false",
         ),
+        (
+            "    task_names: [work]\n",
+            "    task_names: [work]\n    prefetch: lots\n",
+            "resources.jobs.prefetch",
+            "expected an integer >= 0 or `auto`, got \"lots\"",
+        ),
+        (
+            "    task_names: [work]\n",
+            "    task_names: [work]\n    prefetch: -1\n",
+            "resources.jobs.prefetch",
+            "must be an integer >= 0, got -1",
+        ),
+        (
+            "    task_names: [work]\n",
+            "    task_names: [work]\n    prefetch: 10001\n",
+            "resources.jobs.prefetch",
+            "must be <= 10000 or `auto`, got 10001",
+        ),
     ];
     for (from, to, path, message) in cases {
         expect(&VALID.replace(from, to), path, message);
+    }
+    for prefetch in ["0", "64", "auto"] {
+        let yaml = VALID.replace(
+            "    task_names: [work]\n",
+            &format!("    task_names: [work]\n    prefetch: {prefetch}\n"),
+        );
+        assert_eq!(problems(&yaml), Vec::new(), "prefetch: {prefetch}");
     }
 }
 

@@ -4,7 +4,7 @@
 //! the end. `cargo xtask bench` runs it on every backend, beside the peers.
 //!
 //! `cargo run --release -p onestep-sql --example burndown -- --dsn URL [--n 20000]
-//! [--concurrency 64] [--batch 100] [--prefetch 0] [--submit-batch 0] [--metrics off|on]
+//! [--concurrency 64] [--batch 100] [--prefetch 0|N|auto] [--submit-batch 0] [--metrics off|on]
 //! [--workers 1] [--history 0] [--running 0]`
 //! (`--submit-batch 0`: one by one; `--metrics on`: the exporter and a scrape every second;
 //! `--workers K`: K worker apps drain side by side, each with its own pool and `--concurrency`).
@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 
 use onestep_core::execution::{
     ExecutionBackend, ExecutionError, ExecutionQuery, ExecutionRequest, ExecutionSource,
-    ExecutionSourceOptions, LeasedExecutionBackend, SubmitOptions,
+    ExecutionSourceOptions, LeasedExecutionBackend, Prefetch, SubmitOptions,
 };
 use onestep_core::{OneStepApp, Task, TaskContext, TaskError};
 use onestep_sql::{BackendOptions, Dialect, SqlExecutionBackend};
@@ -46,8 +46,9 @@ struct Args {
     n: usize,
     concurrency: usize,
     batch: usize,
-    /// Claimed executions the source may hold beyond free slots (`ExecutionSourceOptions::prefetch`).
-    prefetch: usize,
+    /// Claimed executions the source may hold beyond free slots (`ExecutionSourceOptions::prefetch`:
+    /// a count or `auto`).
+    prefetch: Prefetch,
     submit_batch: usize,
     /// Steady mode: offered submits per second (0: burn-down).
     rate: usize,
@@ -74,7 +75,7 @@ fn args() -> Result<Args, String> {
         n: 20_000,
         concurrency: 64,
         batch: 100,
-        prefetch: 0,
+        prefetch: Prefetch::Fixed(0),
         submit_batch: 0,
         rate: 0,
         seconds: 10,
@@ -531,7 +532,10 @@ async fn run<D: Dialect>(a: Args) -> Result<Value, Box<dyn std::error::Error>> {
         "concurrency": a.concurrency,
         "workers": a.workers,
         "batch": a.batch,
-        "prefetch": a.prefetch,
+        "prefetch": match a.prefetch {
+            Prefetch::Fixed(n) => json!(n),
+            Prefetch::Adaptive => json!("auto"),
+        },
         "submit_batch": a.submit_batch,
         "mode": if steady { "steady" } else { "burn-down" },
         "history": a.history,

@@ -8,7 +8,7 @@
 //! ```text
 //! chaos prepare      --dsn URL --table T --n N         create the tables, submit N executions
 //! chaos work         --dsn URL --table T [--concurrency C] [--work-ms MS] [--lease-s S]
-//!                    [--heartbeat-s S] [--skew-ms MS] [--until-done]
+//!                    [--heartbeat-s S] [--skew-ms MS] [--prefetch N|auto] [--until-done]
 //! chaos wait         --dsn URL --table T --terminal K [--timeout-s S]
 //! chaos cancel-storm --dsn URL --table T [--fraction F] [--seconds S]
 //! chaos kill-storm   --dsn URL [--seconds S] [--every-ms MS]   pg_terminate_backend / KILL
@@ -25,7 +25,8 @@ use std::time::{Duration, Instant};
 use onestep_core::clock::Clock;
 use onestep_core::execution::stored::RESERVED_METADATA_KEY;
 use onestep_core::execution::{
-    ExecutionBackend, ExecutionRequest, ExecutionSource, ExecutionSourceOptions, SubmitOptions,
+    ExecutionBackend, ExecutionRequest, ExecutionSource, ExecutionSourceOptions, Prefetch,
+    SubmitOptions,
 };
 use onestep_core::retry::MaxAttempts;
 use onestep_core::{OneStepApp, Task, TaskContext, TaskError};
@@ -51,6 +52,8 @@ struct Args {
     lease_s: f64,
     heartbeat_s: f64,
     skew_ms: i64,
+    /// The worker's prefetch buffer (`work`).
+    prefetch: Prefetch,
     until_done: bool,
     terminal: usize,
     timeout_s: f64,
@@ -75,6 +78,7 @@ fn parse_args() -> Result<Args, String> {
         lease_s: 3.0,
         heartbeat_s: 1.0,
         skew_ms: 0,
+        prefetch: Prefetch::Fixed(0),
         until_done: false,
         terminal: 0,
         timeout_s: 120.0,
@@ -102,6 +106,10 @@ fn parse_args() -> Result<Args, String> {
             "--lease-s" => a.lease_s = num(&flag, it.next())?,
             "--heartbeat-s" => a.heartbeat_s = num(&flag, it.next())?,
             "--skew-ms" => a.skew_ms = num(&flag, it.next())?,
+            "--prefetch" => {
+                let value = it.next().ok_or("--prefetch needs a value")?;
+                a.prefetch = value.parse().map_err(|e| format!("--prefetch: {e}"))?;
+            }
             "--terminal" => a.terminal = num(&flag, it.next())?,
             "--timeout-s" => a.timeout_s = num(&flag, it.next())?,
             "--fraction" => a.fraction = num(&flag, it.next())?,
@@ -231,6 +239,7 @@ async fn work<D: Dialect>(a: &Args) -> Result<Value, BoxError> {
     let t = Arc::new(tables::<D>(a));
     let mut o = ExecutionSourceOptions::new(NAMESPACE, TASK);
     o.batch_size = a.concurrency.max(1);
+    o.prefetch = a.prefetch;
     o.poll_interval = Duration::from_millis(50);
     o.lease_duration = Duration::from_secs_f64(a.lease_s);
     o.heartbeat_interval = Duration::from_secs_f64(a.heartbeat_s);

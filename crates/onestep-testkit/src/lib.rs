@@ -98,6 +98,7 @@ macro_rules! execution_conformance {
             source_release_unstarted_returns_claims_to_the_queue,
             source_prefetch_holds_claims_and_hands_them_back,
             worker_with_prefetch_hands_back_its_buffer_at_shutdown,
+            adaptive_prefetch_holds_nothing_for_long_tasks,
             worker_that_loses_its_lease_stops_and_a_new_attempt_finishes,
             idle_workers_wake_up_on_submit,
         );

@@ -40,5 +40,7 @@ pub use record::{
     ExecutionLimits, ExecutionPage, ExecutionQuery, ExecutionRequest, HeartbeatResult,
     SubmitOptions,
 };
-pub use source::{ExecutionInfo, ExecutionSource, ExecutionSourceOptions, ManagedDelivery};
+pub use source::{
+    ExecutionInfo, ExecutionSource, ExecutionSourceOptions, ManagedDelivery, Prefetch,
+};
 pub use status::{AttemptStatus, ExecutionStatus, ParseStatusError};

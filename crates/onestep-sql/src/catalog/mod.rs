@@ -18,7 +18,9 @@ use onestep_core::Resource;
 use onestep_core::catalog::{
     BuildContext, BuildError, Built, Catalog, FieldDoc, Fields, ResourceType, Role, type_name,
 };
-use onestep_core::execution::{ExecutionSource, ExecutionSourceOptions, LeasedExecutionBackend};
+use onestep_core::execution::{
+    ExecutionSource, ExecutionSourceOptions, LeasedExecutionBackend, Prefetch,
+};
 use serde_json::Value;
 
 use crate::{BackendOptions, Dialect, PoolSettings, SqlConnector, SqlExecutionBackend};
@@ -242,9 +244,9 @@ const EXECUTION_SOURCE_FIELDS: &[FieldDoc] = &[
     ),
     FieldDoc::optional(
         "prefetch",
-        "integer",
+        "integer or `auto`",
         Some("0"),
-        "claimed executions held beyond free slots (short tasks)",
+        "claimed executions held beyond free slots; `auto`: what two claim round trips take at the measured pace",
     ),
     FieldDoc::optional(
         "poll_interval_s",
@@ -346,8 +348,8 @@ where
         if let Some(n) = f.opt_count("batch_size", 1) {
             source.batch_size = n;
         }
-        if let Some(n) = f.opt_count("prefetch", 0) {
-            source.prefetch = n;
+        if let Some(prefetch) = read_prefetch(f) {
+            source.prefetch = prefetch;
         }
         let seconds =
             |f: &mut Fields<'_>, key: &str| f.opt_number(key, false).map(Duration::from_secs_f64);
@@ -425,6 +427,33 @@ where
             .map_err(|e| BuildError::new(e.to_string()))?;
         let source = ExecutionSource::new(backend, spec.source)?;
         Ok(Built::Source(Arc::new(source)))
+    }
+}
+
+/// `prefetch`: a count `>= 0` (at most `MAX_PREFETCH`), or `auto` ([`Prefetch::Adaptive`]).
+fn read_prefetch(f: &mut Fields<'_>) -> Option<Prefetch> {
+    use onestep_core::execution::source::MAX_PREFETCH;
+    if let Some(Value::String(s)) = f.value("prefetch") {
+        return match s.trim() {
+            "auto" => Some(Prefetch::Adaptive),
+            _ => {
+                f.problem(
+                    "prefetch",
+                    format!("expected an integer >= 0 or `auto`, got {s:?}"),
+                );
+                None
+            }
+        };
+    }
+    match f.opt_count("prefetch", 0)? {
+        n if n > MAX_PREFETCH => {
+            f.problem(
+                "prefetch",
+                format!("must be <= {MAX_PREFETCH} or `auto`, got {n}"),
+            );
+            None
+        }
+        n => Some(Prefetch::Fixed(n)),
     }
 }
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 use onestep_core::execution::stored::MAX_STORED_DEPTH;
 use onestep_core::execution::{
     Execution, ExecutionBackend, ExecutionClient, ExecutionSource, ExecutionSourceOptions,
-    ExecutionStatus, LeasedExecutionBackend, SubmitOptions,
+    ExecutionStatus, LeasedExecutionBackend, Prefetch, SubmitOptions,
 };
 use onestep_core::{
     ExponentialBackoff, Jitter, MaxAttempts, MemoryQueue, OneStepApp, Sink, Source, Task,
@@ -18,7 +18,7 @@ use uuid::Uuid;
 
 use super::*;
 
-fn options(task: &str) -> ExecutionSourceOptions {
+pub(super) fn options(task: &str) -> ExecutionSourceOptions {
     let mut o = ExecutionSourceOptions::new(NS, task);
     o.poll_interval = Duration::from_millis(20);
     o.lease_duration = Duration::from_secs(30);
@@ -35,19 +35,19 @@ fn source<B: LeasedExecutionBackend + Clone + 'static>(
 }
 
 /// Serves `app` in the background until the returned guard asks it to stop.
-struct Running {
+pub(super) struct Running {
     handle: onestep_core::AppHandle,
     serve: tokio::task::JoinHandle<onestep_core::Result<()>>,
 }
 
 impl Running {
-    fn start(app: OneStepApp) -> Self {
+    pub(super) fn start(app: OneStepApp) -> Self {
         let handle = app.handle();
         let serve = tokio::spawn(async move { app.serve().await });
         Self { handle, serve }
     }
 
-    async fn stop(self) {
+    pub(super) async fn stop(self) {
         self.handle.request_shutdown();
         tokio::time::timeout(Duration::from_secs(20), self.serve)
             .await
@@ -464,8 +464,8 @@ pub async fn execution_source_rejects_invalid_options_with_field_names<F: Backen
             "batch_size must be >= 1, got 0",
         ),
         (
-            Box::new(|o| o.prefetch = 10_001),
-            "prefetch must be <= 10000, got 10001",
+            Box::new(|o| o.prefetch = Prefetch::Fixed(10_001)),
+            "prefetch must be <= 10000 or `auto`, got 10001",
         ),
         (
             Box::new(|o| o.poll_interval = Duration::ZERO),
@@ -580,125 +580,6 @@ pub async fn source_release_unstarted_returns_claims_to_the_queue<F: BackendFact
         again[0].envelope().attempts,
         1,
         "the released attempt counts"
-    );
-}
-
-/// How many of `ids` have `status` now.
-async fn count_status<B: ExecutionBackend>(b: &B, ids: &[Uuid], status: ExecutionStatus) -> usize {
-    let mut n = 0;
-    for id in ids {
-        if b.get(NS, *id).await.unwrap().unwrap().status == status {
-            n += 1;
-        }
-    }
-    n
-}
-
-/// `n` queued executions of `task` and source options with a claim batch of 10, a prefetch
-/// buffer of `prefetch` and a 5 s heartbeat interval (the prefetch cases).
-async fn prefetch_setup<F: BackendFactory>(
-    f: &F,
-    task: &str,
-    n: usize,
-    prefetch: usize,
-) -> (F::Backend, Vec<Uuid>, ExecutionSourceOptions) {
-    let (b, _) = backend(f).await;
-    let mut ids = Vec::new();
-    for i in 0..n {
-        ids.push(submit(&b, task, json!(i)).await.id);
-    }
-    let mut o = options(task);
-    o.batch_size = 10;
-    o.prefetch = prefetch;
-    o.heartbeat_interval = Duration::from_secs(5);
-    (b, ids, o)
-}
-
-/// A prefetch buffer claims ahead (at most a batch per claim), serves later fetches without a
-/// claim, hands back what is stale (older than a heartbeat interval) before claiming again, and
-/// hands back everything on `return_unstarted`.
-pub async fn source_prefetch_holds_claims_and_hands_them_back<F: BackendFactory>(f: &F) {
-    let (b, ids, mut o) = prefetch_setup(f, "t", 10, 5).await;
-    let source = ExecutionSource::new(b.clone(), o.clone()).unwrap();
-    assert_eq!(source.fetch(2).await.unwrap().len(), 2);
-    assert_eq!(
-        count_status(&b, &ids, ExecutionStatus::Running).await,
-        7,
-        "two handed out and five buffered"
-    );
-    assert_eq!(source.fetch(3).await.unwrap().len(), 3);
-    assert_eq!(
-        count_status(&b, &ids, ExecutionStatus::Running).await,
-        7,
-        "served from the buffer without a claim"
-    );
-    source.return_unstarted().await.unwrap();
-    assert_eq!(count_status(&b, &ids, ExecutionStatus::Running).await, 5);
-    assert_eq!(count_status(&b, &ids, ExecutionStatus::Queued).await, 5);
-
-    o.heartbeat_interval = Duration::from_millis(50);
-    let quick = ExecutionSource::new(b.clone(), o).unwrap();
-    assert_eq!(quick.fetch(1).await.unwrap().len(), 1);
-    assert_eq!(count_status(&b, &ids, ExecutionStatus::Queued).await, 0);
-    tokio::time::sleep(Duration::from_millis(150)).await;
-    let again = quick.fetch(1).await.unwrap();
-    assert_eq!(again.len(), 1);
-    assert!(
-        again[0].envelope().attempts >= 1,
-        "the stale buffer was handed back and claimed again as a new attempt"
-    );
-    quick.return_unstarted().await.unwrap();
-    assert_eq!(count_status(&b, &ids, ExecutionStatus::Running).await, 7);
-    assert_eq!(count_status(&b, &ids, ExecutionStatus::Queued).await, 3);
-}
-
-/// A worker with a prefetch buffer finishes everything, and when it stops, what it claimed ahead
-/// and never started goes back to the queue (nothing is left `running`).
-pub async fn worker_with_prefetch_hands_back_its_buffer_at_shutdown<F: BackendFactory>(f: &F) {
-    let (b, ids, o) = prefetch_setup(f, "slow", 20, 8).await;
-    let started = Arc::new(AtomicUsize::new(0));
-    let counter = started.clone();
-    let app = OneStepApp::builder("prefetching")
-        .task(
-            Task::new("slow")
-                .source(Arc::new(ExecutionSource::new(b.clone(), o).unwrap()))
-                .concurrency(2)
-                .handler(move |_ctx: TaskContext, v: Value| {
-                    let counter = counter.clone();
-                    async move {
-                        counter.fetch_add(1, Ordering::SeqCst);
-                        tokio::time::sleep(Duration::from_millis(20)).await;
-                        Ok::<_, TaskError>(v)
-                    }
-                }),
-        )
-        .build()
-        .unwrap();
-    let running = Running::start(app);
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
-    while started.load(Ordering::SeqCst) < 4 {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the worker starts work"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    running.stop().await;
-    let succeeded = count_status(&b, &ids, ExecutionStatus::Succeeded).await;
-    let queued = count_status(&b, &ids, ExecutionStatus::Queued).await;
-    assert_eq!(
-        count_status(&b, &ids, ExecutionStatus::Running).await,
-        0,
-        "nothing claimed ahead is left running"
-    );
-    assert_eq!(
-        succeeded + queued,
-        20,
-        "every execution either finished or went back"
-    );
-    assert!(
-        (4..20).contains(&succeeded),
-        "stopped midway: {succeeded} succeeded"
     );
 }
 

@@ -60,17 +60,20 @@ pub trait ManagedDelivery: Send + Sync {
     ) -> ExecutionResult<ExecutionStatus>;
 }
 
+mod buffer;
 mod completer;
 mod delivery;
 mod info;
 mod options;
+mod pace;
 mod progress;
 mod renewer;
 
+use buffer::Buffer;
 use completer::*;
 use delivery::*;
 pub use info::ExecutionInfo;
-pub use options::ExecutionSourceOptions;
+pub use options::{ExecutionSourceOptions, Prefetch};
 use progress::Progress;
 pub use progress::{MAX_PROGRESS_BYTES, PROGRESS_INTERVAL};
 use renewer::*;
@@ -95,46 +98,14 @@ use renewer::*;
 /// ```
 pub struct ExecutionSource<B> {
     backend: B,
-    options: ExecutionSourceOptions,
+    options: Arc<ExecutionSourceOptions>,
     name: String,
     completer: OnceLock<Completer>,
     heartbeater: OnceLock<Arc<Heartbeater<B>>>,
-    /// Claimed, not yet handed to the runner (`options.prefetch`), with when each was claimed.
-    prefetched: Mutex<std::collections::VecDeque<(ClaimedExecution, std::time::Instant)>>,
-    /// Buffer room that claims under way may fill (claims run side by side on some backends:
-    /// together they refill the buffer to `options.prefetch`, not each of them).
-    refilling: std::sync::atomic::AtomicUsize,
+    /// Claimed ahead of the runner's free slots (`options.prefetch`).
+    buffer: Arc<Buffer>,
     /// The backlog probe of the queue-depth metrics, from `open` to `close`.
     backlog_probe: Mutex<Option<crate::metrics::execution::ProbeRegistration>>,
-}
-
-/// Buffer room one claim may fill ([`ExecutionSource::reserve_refill`]). The room is given
-/// back under the buffer's lock: by [`Refill::release`] once the claim's leases are in, or on
-/// drop when the claim failed.
-struct Refill<'a, B: LeasedExecutionBackend + Clone + 'static> {
-    source: &'a ExecutionSource<B>,
-    room: usize,
-}
-
-impl<B: LeasedExecutionBackend + Clone + 'static> Refill<'_, B> {
-    /// Gives the room back; the caller holds the buffer's lock (`_buffer`).
-    fn release<T>(mut self, _buffer: &std::sync::MutexGuard<'_, T>) {
-        let room = std::mem::take(&mut self.room);
-        self.source
-            .refilling
-            .fetch_sub(room, std::sync::atomic::Ordering::Relaxed);
-    }
-}
-
-impl<B: LeasedExecutionBackend + Clone + 'static> Drop for Refill<'_, B> {
-    fn drop(&mut self) {
-        if self.room > 0 {
-            let _buffer = self.source.buffer();
-            self.source
-                .refilling
-                .fetch_sub(self.room, std::sync::atomic::Ordering::Relaxed);
-        }
-    }
 }
 
 /// The largest prefetch buffer ([`ExecutionSourceOptions::prefetch`]).
@@ -153,13 +124,12 @@ impl<B: LeasedExecutionBackend + Clone + 'static> ExecutionSource<B> {
         options.worker_id = options.worker_id.trim().to_string();
         let name = format!("{}.execution:{}", backend.backend_name(), options.namespace);
         Ok(Self {
+            buffer: Buffer::new(options.prefetch, options.batch_size),
             backend,
-            options,
+            options: Arc::new(options),
             name,
             completer: OnceLock::new(),
             heartbeater: OnceLock::new(),
-            prefetched: Mutex::new(std::collections::VecDeque::new()),
-            refilling: std::sync::atomic::AtomicUsize::new(0),
             backlog_probe: Mutex::new(None),
         })
     }
@@ -206,48 +176,6 @@ impl<B: LeasedExecutionBackend + Clone + 'static> ExecutionSource<B> {
             .clone()
     }
 
-    fn buffer(
-        &self,
-    ) -> std::sync::MutexGuard<'_, std::collections::VecDeque<(ClaimedExecution, std::time::Instant)>>
-    {
-        // A panic while the lock was held cannot leave the queue half-changed.
-        self.prefetched
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// Takes up to `limit` prefetched leases, oldest first, and every buffered lease claimed more
-    /// than a heartbeat interval ago (stale: to hand back, not to start).
-    fn take_prefetched(&self, limit: usize) -> (Vec<ClaimedExecution>, Vec<ClaimedExecution>) {
-        let fresh_for = self.options.heartbeat_interval;
-        let mut buffer = self.buffer();
-        let (mut take, mut stale) = (Vec::new(), Vec::new());
-        while let Some((lease, claimed_at)) = buffer.pop_front() {
-            if claimed_at.elapsed() > fresh_for {
-                stale.push(lease);
-            } else if take.len() < limit {
-                take.push(lease);
-            } else {
-                buffer.push_front((lease, claimed_at));
-                break;
-            }
-        }
-        (take, stale)
-    }
-
-    /// Takes the buffer room no claim under way will fill yet, for one claim to fill; the room
-    /// is given back when the returned guard drops (after the claim's leases are buffered).
-    fn reserve_refill(&self) -> Refill<'_, B> {
-        use std::sync::atomic::Ordering::Relaxed;
-        let buffer = self.buffer();
-        let taken = buffer.len() + self.refilling.load(Relaxed);
-        let room = self.options.prefetch.saturating_sub(taken);
-        // Changed only under the buffer's lock, so the load above is still current.
-        self.refilling.fetch_add(room, Relaxed);
-        drop(buffer);
-        Refill { source: self, room }
-    }
-
     /// Hands claimed, unstarted executions back (each is queued again, claimable at once).
     async fn hand_back(&self, leases: Vec<ClaimedExecution>) {
         for lease in leases {
@@ -259,6 +187,57 @@ impl<B: LeasedExecutionBackend + Clone + 'static> ExecutionSource<B> {
                 tracing::warn!(source = %self.name, execution_id = %lease.id, error = %err, "could not hand back a prefetched execution; its lease will expire");
             }
         }
+    }
+
+    /// Claims up to `want` executions, as a future that borrows nothing from the source (a
+    /// refill runs it in the background).
+    fn claim(
+        &self,
+        want: usize,
+    ) -> impl std::future::Future<Output = Result<Vec<ClaimedExecution>>> + Send + 'static {
+        let (backend, options, buffer) = (
+            self.backend.clone(),
+            self.options.clone(),
+            self.buffer.clone(),
+        );
+        let name = self.name.clone();
+        async move {
+            let started = std::time::Instant::now();
+            let claimed = backend
+                .claim_to_run(
+                    &options.namespace,
+                    &options.task_names,
+                    want,
+                    options.lease_duration,
+                    &options.worker_id,
+                )
+                .await
+                .map_err(|err| match err {
+                    ExecutionError::Connector(mut c) => {
+                        c.operation = ConnectorOperation::Fetch;
+                        c.source_name = name;
+                        c.retry_delay.get_or_insert(options.poll_interval);
+                        Error::Connector(c)
+                    }
+                    other => other.into(),
+                })?;
+            buffer.claimed_in(started.elapsed());
+            if !claimed.is_empty() {
+                let now = OffsetDateTime::now_utc();
+                crate::metrics::execution::execution_metrics().claimed(
+                    &options.namespace,
+                    &options.task_names[0],
+                    claimed.iter().map(|claimed| (claimed.available_at, now)),
+                );
+            }
+            Ok(claimed)
+        }
+    }
+
+    /// The deliveries of what a fetch hands to the runner, counted for an adaptive buffer.
+    fn handing_out(&self, leases: Vec<ClaimedExecution>) -> Vec<Box<dyn Delivery>> {
+        self.buffer.handed_out(leases.len());
+        self.deliveries(leases)
     }
 
     fn deliveries(&self, leases: Vec<ClaimedExecution>) -> Vec<Box<dyn Delivery>> {
@@ -369,64 +348,25 @@ impl<B: LeasedExecutionBackend + Clone + 'static> Resource for ExecutionSource<B
 impl<B: LeasedExecutionBackend + Clone + 'static> Source for ExecutionSource<B> {
     async fn fetch(&self, limit: usize) -> Result<Vec<Box<dyn Delivery>>> {
         let limit = limit.clamp(1, self.options.batch_size);
-        let (mut leases, stale) = self.take_prefetched(limit);
+        let (leases, stale) = self.buffer.take(limit, self.options.heartbeat_interval);
         self.hand_back(stale).await;
-        if leases.len() == limit {
-            return Ok(self.deliveries(leases));
+        if !leases.is_empty() {
+            // The runner does not wait for a claim: one refills the buffer behind it.
+            self.buffer.refill_behind(|want| self.claim(want));
+            return Ok(self.handing_out(leases));
         }
-        // Claim what the runner still wants plus what refills the buffer, at most a batch.
-        let refill = self.reserve_refill();
-        let want = (limit - leases.len() + refill.room).min(self.options.batch_size);
-        let claimed = self
-            .backend
-            .claim_to_run(
-                &self.options.namespace,
-                &self.options.task_names,
-                want,
-                self.options.lease_duration,
-                &self.options.worker_id,
-            )
-            .await
-            .map_err(|err| match err {
-                ExecutionError::Connector(mut c) => {
-                    c.operation = ConnectorOperation::Fetch;
-                    c.source_name = self.name.clone();
-                    c.retry_delay.get_or_insert(self.options.poll_interval);
-                    Error::Connector(c)
-                }
-                other => other.into(),
-            });
-        let claimed = match claimed {
-            Ok(claimed) => claimed,
-            // What came from the buffer is claimed already: run it, report the error next time.
-            Err(err) if leases.is_empty() => return Err(err),
-            Err(err) => {
-                tracing::warn!(source = %self.name, error = %err, "claim failed; running the prefetched executions");
-                Vec::new()
-            }
-        };
-        if !claimed.is_empty() {
-            let now = OffsetDateTime::now_utc();
-            crate::metrics::execution::execution_metrics().claimed(
-                &self.options.namespace,
-                &self.options.task_names[0],
-                claimed.iter().map(|claimed| (claimed.available_at, now)),
-            );
-        }
-        let mut claimed = claimed.into_iter();
-        let missing = limit - leases.len();
-        leases.extend(claimed.by_ref().take(missing));
-        let now = std::time::Instant::now();
-        let mut buffer = self.buffer();
-        buffer.extend(claimed.map(|lease| (lease, now)));
-        refill.release(&buffer);
-        drop(buffer);
-        Ok(self.deliveries(leases))
+        // Claim what the runner wants plus what refills the buffer, at most a batch.
+        let refill = self.buffer.reserve();
+        let want = (limit + refill.room()).min(self.options.batch_size);
+        let mut claimed = self.claim(want).await?.into_iter();
+        let leases: Vec<ClaimedExecution> = claimed.by_ref().take(limit).collect();
+        self.buffer.put(claimed, refill);
+        Ok(self.handing_out(leases))
     }
 
     async fn return_unstarted(&self) -> Result<()> {
-        let buffered: Vec<ClaimedExecution> = self.buffer().drain(..).map(|(c, _)| c).collect();
-        self.hand_back(buffered).await;
+        self.buffer.settle().await;
+        self.hand_back(self.buffer.drain()).await;
         Ok(())
     }
 
@@ -473,7 +413,7 @@ impl<B: LeasedExecutionBackend + Clone + 'static> Source for ExecutionSource<B> 
         m.insert("namespace".into(), Value::from(o.namespace.clone()));
         m.insert("task_names".into(), json!(o.task_names));
         m.insert("batch_size".into(), Value::from(o.batch_size));
-        m.insert("prefetch".into(), Value::from(o.prefetch));
+        m.insert("prefetch".into(), prefetch_value(o.prefetch));
         m.insert(
             "poll_interval_s".into(),
             Value::from(o.poll_interval.as_secs_f64()),
@@ -488,6 +428,14 @@ impl<B: LeasedExecutionBackend + Clone + 'static> Source for ExecutionSource<B> 
         );
         m.insert("worker_id".into(), Value::from(o.worker_id.clone()));
         m
+    }
+}
+
+/// `prefetch` as the source describes it: the count, or `"auto"`.
+fn prefetch_value(prefetch: Prefetch) -> Value {
+    match prefetch {
+        Prefetch::Fixed(n) => Value::from(n),
+        Prefetch::Adaptive => Value::from(prefetch.to_string()),
     }
 }
 
@@ -725,19 +673,20 @@ mod tests {
         }
         let source = ExecutionSource::new(
             backend,
-            ExecutionSourceOptions::new("ns", "t").with_prefetch(4),
+            ExecutionSourceOptions::new("ns", "t").with_prefetch(Prefetch::Fixed(4)),
         )
         .unwrap();
         let (a, b) = tokio::join!(source.fetch(1), source.fetch(1));
         assert_eq!((a.unwrap().len(), b.unwrap().len()), (1, 1));
         assert_eq!(
-            source.buffer().len(),
+            source.buffer.drain().len(),
             4,
             "the buffer holds `prefetch`, not twice it"
         );
         assert_eq!(
-            source.refilling.load(std::sync::atomic::Ordering::Relaxed),
-            0
+            source.buffer.reserve().room(),
+            4,
+            "no room is left reserved"
         );
         let queued = inner
             .claim("ns", &["t".into()], 100, Duration::from_secs(30), "other")

@@ -24,14 +24,17 @@ pub struct ExecutionSourceOptions {
     /// The most executions one claim takes (default 100).
     pub batch_size: usize,
     /// How many claimed executions the source may hold beyond what its runner asked for
-    /// (default 0: claim only for free slots, as the reference does). With a prefetch buffer a
-    /// busy runner finds its next executions already claimed when slots free up, so short tasks
-    /// do not wait a claim round trip; a claim still takes at most `batch_size`. Buffered
-    /// executions are leased to this worker and run by nobody else until started or handed
-    /// back: one still unstarted after `heartbeat_interval` is handed back (it is queued
-    /// again, claimable at once, its attempt counted), and the runner hands the whole buffer
-    /// back when it pauses or stops. Use it for short tasks; keep 0 for long ones.
-    pub prefetch: usize,
+    /// (default [`Prefetch::Fixed`]`(0)`: claim only for free slots, as the reference does). With
+    /// a prefetch buffer a busy runner finds its next executions already claimed when slots
+    /// free up, so short tasks do not wait a claim round trip: a fetch the buffer can serve
+    /// answers at once, and a claim refills the buffer in the background once it is half
+    /// empty (at most `batch_size` per claim). Buffered executions are leased to this worker
+    /// and run by nobody else until started or handed back: one still unstarted after
+    /// `heartbeat_interval` is handed back (it is queued again, claimable at once, its attempt
+    /// counted), and the runner hands the whole buffer back when it pauses or stops.
+    /// [`Prefetch::Adaptive`] (`auto`) sizes the buffer from the measured pace, so it holds
+    /// nothing for long tasks.
+    pub prefetch: Prefetch,
     /// The wait between claims when nothing is ready (default 1 s; YAML `poll_interval_s`).
     pub poll_interval: Duration,
     /// How long a lease lasts unless renewed (default 90 s; YAML `lease_duration_s`).
@@ -50,7 +53,7 @@ impl ExecutionSourceOptions {
             namespace: namespace.into(),
             task_names: vec![task_name.into()],
             batch_size: 100,
-            prefetch: 0,
+            prefetch: Prefetch::Fixed(0),
             poll_interval: Duration::from_secs(1),
             lease_duration: Duration::from_secs(90),
             heartbeat_interval: Duration::from_secs(30),
@@ -65,7 +68,7 @@ impl ExecutionSourceOptions {
     }
 
     /// Sets [`prefetch`](Self::prefetch).
-    pub fn with_prefetch(mut self, prefetch: usize) -> Self {
+    pub fn with_prefetch(mut self, prefetch: Prefetch) -> Self {
         self.prefetch = prefetch;
         self
     }
@@ -112,10 +115,12 @@ impl ExecutionSourceOptions {
         if self.batch_size < 1 {
             return Err(invalid("batch_size", "must be >= 1, got 0".into()));
         }
-        if self.prefetch > MAX_PREFETCH {
+        if let Prefetch::Fixed(n) = self.prefetch
+            && n > MAX_PREFETCH
+        {
             return Err(invalid(
                 "prefetch",
-                format!("must be <= {MAX_PREFETCH}, got {}", self.prefetch),
+                format!("must be <= {MAX_PREFETCH} or `auto`, got {n}"),
             ));
         }
         let max = Duration::from_secs_f64(crate::clock::MAX_SECONDS);
@@ -146,6 +151,58 @@ impl ExecutionSourceOptions {
         }
         name("worker_id", &self.worker_id, 255).map_err(|e| requalify(e, prefix))?;
         Ok(())
+    }
+}
+
+/// How many claimed executions an [`ExecutionSource`] holds beyond what its runner asked for
+/// ([`ExecutionSourceOptions::prefetch`]). Written as a count, or `auto` for
+/// [`Adaptive`](Self::Adaptive) (YAML `prefetch`, `--prefetch`).
+///
+/// ```
+/// use onestep_core::execution::Prefetch;
+///
+/// assert_eq!("auto".parse::<Prefetch>(), Ok(Prefetch::Adaptive));
+/// assert_eq!("64".parse::<Prefetch>(), Ok(Prefetch::Fixed(64)));
+/// assert_eq!(Prefetch::Adaptive.to_string(), "auto");
+/// assert!("many".parse::<Prefetch>().is_err());
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Prefetch {
+    /// Up to this many, refilled with each claim (0: claim only for free slots).
+    Fixed(usize),
+    /// What the runner takes in two claim round trips at its current rate, at most
+    /// `batch_size`, measured as the worker runs. A buffered execution then waits one to two
+    /// round trips for its slot, and tasks longer than two round trips per slot get no buffer
+    /// (at 128 slots and 5 ms claims: tasks of 1.3 s or more).
+    Adaptive,
+}
+
+impl Default for Prefetch {
+    fn default() -> Self {
+        Self::Fixed(0)
+    }
+}
+
+impl std::fmt::Display for Prefetch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Fixed(n) => write!(f, "{n}"),
+            Self::Adaptive => f.write_str("auto"),
+        }
+    }
+}
+
+impl std::str::FromStr for Prefetch {
+    type Err = String;
+
+    fn from_str(s: &str) -> std::result::Result<Self, Self::Err> {
+        match s.trim() {
+            "auto" => Ok(Self::Adaptive),
+            n => n
+                .parse()
+                .map(Self::Fixed)
+                .map_err(|_| format!("expected a count of executions or `auto`, got {s:?}")),
+        }
     }
 }
 

@@ -10,7 +10,7 @@
 //! `ceiling_mysql` examples: per batch of 100, a claim transaction and a completion transaction,
 //! on two connections), the schema's ceiling that our drains on that server are compared with
 //! (issue 21). Where `--prefetch` is 0 it drains the `submit_many` burn-down once more on
-//! PostgreSQL and MariaDB with a prefetch buffer as large as `--concurrency`. With `--peers` it
+//! PostgreSQL and MariaDB with the adaptive prefetch buffer (`--prefetch auto`). With `--peers` it
 //! runs the peer workloads of `bench/peers/run.sh` in the same session, against the same servers:
 //! the Python reference (`onestep` 1.15.0 + `onestep-sql` 0.7.1) on PostgreSQL and MariaDB, and
 //! graphile-worker on PostgreSQL (default settings and batched settings). Then `--rounds`
@@ -318,8 +318,8 @@ fn run_all(
             }
         }
     }
-    // The claim hidden behind running work: the `submit_many` burn-down again with a prefetch
-    // buffer as large as the concurrency, on the servers whose claim is a round trip away.
+    // The claim hidden behind running work: the `submit_many` burn-down again with the adaptive
+    // prefetch buffer, on the servers whose claim is a round trip away.
     if options.prefetch == 0 {
         for (label, dsn) in [("postgres", &postgres), ("mariadb", &mariadb)] {
             let mut cmd = Command::new(burndown);
@@ -327,11 +327,10 @@ fn run_all(
                 .args(["--n", &options.n.to_string()])
                 .args(["--concurrency", &options.concurrency.to_string()])
                 .args(["--batch", &options.batch.to_string()])
-                .args(["--prefetch", &options.concurrency.to_string()])
+                .args(["--prefetch", "auto"])
                 .args(["--submit-batch", "1000"]);
-            let what = format!("onestep on {label} with prefetch");
-            let system = format!("onestep (Rust), prefetch {}", options.concurrency);
-            lines.push(labeled_run(cmd, &what, &system, label, &[])?);
+            let what = format!("onestep on {label} with prefetch auto");
+            lines.push(labeled_run(cmd, &what, PREFETCH_AUTO, label, &[])?);
         }
     }
     if options.scale_out {
@@ -455,6 +454,9 @@ fn run_all(
 
 /// The system name of the Python reference's runs.
 pub const REFERENCE: &str = "onestep (Python reference)";
+
+/// The system name of our `submit_many` drain with the adaptive prefetch buffer.
+const PREFETCH_AUTO: &str = "onestep (Rust), prefetch auto";
 
 /// The command of one peer run (`bench/peers/run.sh`): `peer` (`reference` or `graphile`) on
 /// `backend` (`postgres` or `mariadb`), `n` executions, in `mode`, against the servers at

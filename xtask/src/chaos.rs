@@ -7,10 +7,12 @@
 //! numbers contiguous, no two live leases, duplicated side effects ≤ reclaimed attempts.
 //!
 //! Faults, on PostgreSQL, MariaDB and SQLite unless noted:
-//! 1. `kill`: SIGKILL a worker in the middle of a drain, then start a new one.
+//! 1. `kill`: SIGKILL a worker (with the adaptive prefetch buffer) in the middle of a drain,
+//!    then start a new one.
 //! 2. `restart` (PostgreSQL and MariaDB, each a throwaway server this run owns): stop the server
-//!    in the middle of a drain for 8 s and start it again; the worker keeps running and
-//!    finishes, and `onestep serve` answers 200 or 503 throughout.
+//!    in the middle of a drain for 8 s and start it again; the worker (with the adaptive
+//!    prefetch buffer) keeps running and finishes, and `onestep serve` answers 200 or 503
+//!    throughout.
 //! 3. `contention`: four worker processes drain one table.
 //! 4. `kill-storm` (PostgreSQL, MariaDB): terminate every client connection every 300 ms while
 //!    two workers claim and complete.
@@ -330,13 +332,23 @@ impl Run<'_> {
         Ok(out)
     }
 
-    /// Fault 1: SIGKILL a worker a third of the way through; a new worker finishes.
+    /// Fault 1: SIGKILL a worker a third of the way through; a new worker finishes. The killed
+    /// worker runs with the adaptive prefetch buffer, so what it had claimed ahead dies with it
+    /// too and must be reclaimed.
     fn kill(&self, n: usize) -> Result<Value> {
         let started = Instant::now();
         let table = self.prepare("kill", n)?;
         let worker = self.spawn(
             "work",
-            &["--table", &table, "--work-ms", "5", "--until-done"],
+            &[
+                "--table",
+                &table,
+                "--work-ms",
+                "5",
+                "--prefetch",
+                "auto",
+                "--until-done",
+            ],
         )?;
         let third = (n / 3).to_string();
         let waited = self.call("wait", &["--table", &table, "--terminal", &third]);
@@ -568,9 +580,18 @@ fn restart_server(
         let table = run.prepare("restart", n)?;
         let api = Api::start(onestep, &dsn, &table)?;
         let probe = api.probe();
+        // With the adaptive prefetch buffer: its refills fail during the outage too.
         let worker = run.spawn(
             "work",
-            &["--table", &table, "--work-ms", "5", "--until-done"],
+            &[
+                "--table",
+                &table,
+                "--work-ms",
+                "5",
+                "--prefetch",
+                "auto",
+                "--until-done",
+            ],
         )?;
         let third = (n / 3).to_string();
         run.call("wait", &["--table", &table, "--terminal", &third])?;

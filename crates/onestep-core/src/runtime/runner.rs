@@ -92,16 +92,13 @@ impl Runner {
         &self.rt.task_name
     }
 
-    /// How many more deliveries a new fetch may ask for: free slots not promised to a fetch
-    /// under way, within the bound on settling work.
-    fn free(&self) -> usize {
+    /// How many more deliveries a new fetch may ask for, with `available` free slots: those not
+    /// promised to a fetch under way, within the bound on settling work.
+    fn free(&self, available: usize) -> usize {
         let unpromised = self
             .in_flight_bound()
             .saturating_sub(self.inflight.len() + self.reserved);
-        self.slots
-            .available_permits()
-            .saturating_sub(self.reserved)
-            .min(unpromised)
+        available.saturating_sub(self.reserved).min(unpromised)
     }
 
     /// The most deliveries in flight, running or settling.
@@ -160,7 +157,11 @@ impl Runner {
                 continue;
             }
 
-            let free = self.free();
+            // One reading of the free slots decides both whether to fetch and what to wait for
+            // below. Read twice, a slot freed in between (every slot busy at the first reading,
+            // one free at the second) left the runner waiting for nothing, and nothing woke it.
+            let available = self.slots.available_permits();
+            let free = self.free(available);
             let may_fetch = waiting.is_none() && !self.quiet && self.fetches.len() < most_fetches;
             if may_fetch && free > 0 {
                 let busy = !self.inflight.is_empty() || !self.fetches.is_empty();
@@ -180,7 +181,7 @@ impl Runner {
             // failed ack's failure path (see `fetched`) queues behind it until the select ends.
             let wanted = if free == 0 { 1 } else { worth_fetching };
             let permits = (self.reserved + wanted).min(concurrency);
-            let short_of_slots = may_fetch && self.slots.available_permits() < permits;
+            let short_of_slots = may_fetch && available < permits;
             let permits = u32::try_from(permits).unwrap_or(u32::MAX);
             let gathering = may_fetch && free > 0;
             // Finished deliveries wake the runner only when the bound on settling work is what

@@ -81,8 +81,20 @@ async fn run(url: &str, n: usize, concurrency: usize) -> Result<Value, BoxError>
     let started = Instant::now();
     let worker = tokio::spawn(async move { app.serve().await });
     while handled.load(Ordering::Relaxed) < n {
-        if started.elapsed() > Duration::from_secs(600) {
-            return Err("the drain did not finish within 600 s".into());
+        if worker.is_finished() {
+            let ended = worker.await?;
+            return Err(format!(
+                "the worker app stopped after {} of {n} messages: {ended:?}",
+                handled.load(Ordering::Relaxed)
+            )
+            .into());
+        }
+        if started.elapsed() > Duration::from_secs(120) {
+            return Err(format!(
+                "the drain did not finish within 120 s ({} of {n} messages handled)",
+                handled.load(Ordering::Relaxed)
+            )
+            .into());
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     }

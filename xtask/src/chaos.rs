@@ -338,18 +338,7 @@ impl Run<'_> {
     fn kill(&self, n: usize) -> Result<Value> {
         let started = Instant::now();
         let table = self.prepare("kill", n)?;
-        let worker = self.spawn(
-            "work",
-            &[
-                "--table",
-                &table,
-                "--work-ms",
-                "5",
-                "--prefetch",
-                "auto",
-                "--until-done",
-            ],
-        )?;
+        let worker = self.spawn("work", &prefetching_drain(&table))?;
         let third = (n / 3).to_string();
         let waited = self.call("wait", &["--table", &table, "--terminal", &third]);
         let mut worker = worker;
@@ -581,18 +570,7 @@ fn restart_server(
         let api = Api::start(onestep, &dsn, &table)?;
         let probe = api.probe();
         // With the adaptive prefetch buffer: its refills fail during the outage too.
-        let worker = run.spawn(
-            "work",
-            &[
-                "--table",
-                &table,
-                "--work-ms",
-                "5",
-                "--prefetch",
-                "auto",
-                "--until-done",
-            ],
-        )?;
+        let worker = run.spawn("work", &prefetching_drain(&table))?;
         let third = (n / 3).to_string();
         run.call("wait", &["--table", &table, "--terminal", &third])?;
         let down = Instant::now();
@@ -783,6 +761,20 @@ fn http_get(addr: &str, path: &str) -> Result<(u16, String), String> {
         .unwrap_or_default()
         .to_string();
     Ok((status, body))
+}
+
+/// The arguments of `chaos work` for a worker that drains `table` to the end with 5 ms
+/// handlers and the adaptive prefetch buffer (the `kill` and `restart` faults).
+fn prefetching_drain(table: &str) -> [&str; 7] {
+    [
+        "--table",
+        table,
+        "--work-ms",
+        "5",
+        "--prefetch",
+        "auto",
+        "--until-done",
+    ]
 }
 
 /// Waits for a background subcommand; fails with its stderr if it failed.

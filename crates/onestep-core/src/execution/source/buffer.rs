@@ -26,7 +26,7 @@ pub(super) struct Buffer {
     /// Room that claims under way will fill (claims can run side by side: together they fill
     /// the buffer to its target, not each of them). Changed only under `queue`'s lock.
     refilling: AtomicUsize,
-    /// What sizes an adaptive buffer.
+    /// What sizes an adaptive buffer (kept only for [`Prefetch::Adaptive`]).
     pace: Mutex<Pace>,
     /// The claim refilling the buffer behind the runner, if one was started.
     behind: Mutex<Option<JoinHandle<()>>>,
@@ -108,7 +108,7 @@ impl Buffer {
     }
 
     /// How many executions the buffer should hold now.
-    pub(super) fn target(&self) -> usize {
+    fn target(&self) -> usize {
         match self.prefetch {
             Prefetch::Fixed(n) => n,
             Prefetch::Adaptive => lock(&self.pace).target(Instant::now(), self.batch_size),
@@ -117,9 +117,14 @@ impl Buffer {
 
     /// Takes the room no claim under way will fill yet, for one claim to fill.
     pub(super) fn reserve(self: &Arc<Self>) -> Refill {
+        self.reserve_up_to(self.target())
+    }
+
+    /// [`Self::reserve`] for a buffer of `target`.
+    fn reserve_up_to(self: &Arc<Self>, target: usize) -> Refill {
         let queue = self.queue();
         let taken = queue.len() + self.refilling.load(Relaxed);
-        let room = self.target().saturating_sub(taken);
+        let room = target.saturating_sub(taken);
         self.refilling.fetch_add(room, Relaxed);
         drop(queue);
         Refill {
@@ -137,14 +142,19 @@ impl Buffer {
             .fetch_sub(std::mem::take(&mut refill.room), Relaxed);
     }
 
-    /// Counts `n` executions handed to the runner.
+    /// Counts `n` executions handed to the runner (for an adaptive buffer; every fetch passes
+    /// here, so a fixed buffer keeps no pace).
     pub(super) fn handed_out(&self, n: usize) {
-        lock(&self.pace).took(n, Instant::now());
+        if self.prefetch == Prefetch::Adaptive {
+            lock(&self.pace).took(n, Instant::now());
+        }
     }
 
-    /// Records a claim's round trip.
+    /// Records a claim's round trip (for an adaptive buffer).
     pub(super) fn claimed_in(&self, elapsed: Duration) {
-        lock(&self.pace).claimed_in(elapsed);
+        if self.prefetch == Prefetch::Adaptive {
+            lock(&self.pace).claimed_in(elapsed);
+        }
     }
 
     /// Starts a claim that refills the buffer in the background, unless one is under way or
@@ -158,8 +168,9 @@ impl Buffer {
         if behind.as_ref().is_some_and(|task| !task.is_finished()) {
             return;
         }
-        let refill = self.reserve();
-        if refill.room == 0 || refill.room * 2 < self.target() {
+        let target = self.target();
+        let refill = self.reserve_up_to(target);
+        if refill.room == 0 || refill.room * 2 < target {
             return;
         }
         let claimed = claim(refill.room.min(self.batch_size));

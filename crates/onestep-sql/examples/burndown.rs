@@ -532,10 +532,7 @@ async fn run<D: Dialect>(a: Args) -> Result<Value, Box<dyn std::error::Error>> {
         "concurrency": a.concurrency,
         "workers": a.workers,
         "batch": a.batch,
-        "prefetch": match a.prefetch {
-            Prefetch::Fixed(n) => json!(n),
-            Prefetch::Adaptive => json!("auto"),
-        },
+        "prefetch": a.prefetch,
         "submit_batch": a.submit_batch,
         "mode": if steady { "steady" } else { "burn-down" },
         "history": a.history,

@@ -430,31 +430,17 @@ where
     }
 }
 
-/// `prefetch`: a count `>= 0` (at most `MAX_PREFETCH`), or `auto` ([`Prefetch::Adaptive`]).
+/// `prefetch`: a count `>= 0` ([`Prefetch::check`]), or `auto` ([`Prefetch::Adaptive`]).
 fn read_prefetch(f: &mut Fields<'_>) -> Option<Prefetch> {
-    use onestep_core::execution::source::MAX_PREFETCH;
-    if let Some(Value::String(s)) = f.value("prefetch") {
-        return match s.trim() {
-            "auto" => Some(Prefetch::Adaptive),
-            _ => {
-                f.problem(
-                    "prefetch",
-                    format!("expected an integer >= 0 or `auto`, got {s:?}"),
-                );
-                None
-            }
-        };
-    }
-    match f.opt_count("prefetch", 0)? {
-        n if n > MAX_PREFETCH => {
-            f.problem(
-                "prefetch",
-                format!("must be <= {MAX_PREFETCH} or `auto`, got {n}"),
-            );
-            None
-        }
-        n => Some(Prefetch::Fixed(n)),
-    }
+    let read = match f.value("prefetch") {
+        // A string is only `auto`: a count is written as a number.
+        Some(Value::String(s)) => match s.parse() {
+            Ok(Prefetch::Adaptive) => Ok(Prefetch::Adaptive),
+            _ => Err(format!("expected an integer >= 0 or `auto`, got {s:?}")),
+        },
+        _ => Prefetch::Fixed(f.opt_count("prefetch", 0)?).check(),
+    };
+    read.map_err(|message| f.problem("prefetch", message)).ok()
 }
 
 /// `task_names`: a list of exactly one non-empty name.

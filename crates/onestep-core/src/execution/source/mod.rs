@@ -413,7 +413,7 @@ impl<B: LeasedExecutionBackend + Clone + 'static> Source for ExecutionSource<B> 
         m.insert("namespace".into(), Value::from(o.namespace.clone()));
         m.insert("task_names".into(), json!(o.task_names));
         m.insert("batch_size".into(), Value::from(o.batch_size));
-        m.insert("prefetch".into(), prefetch_value(o.prefetch));
+        m.insert("prefetch".into(), json!(o.prefetch));
         m.insert(
             "poll_interval_s".into(),
             Value::from(o.poll_interval.as_secs_f64()),
@@ -428,14 +428,6 @@ impl<B: LeasedExecutionBackend + Clone + 'static> Source for ExecutionSource<B> 
         );
         m.insert("worker_id".into(), Value::from(o.worker_id.clone()));
         m
-    }
-}
-
-/// `prefetch` as the source describes it: the count, or `"auto"`.
-fn prefetch_value(prefetch: Prefetch) -> Value {
-    match prefetch {
-        Prefetch::Fixed(n) => Value::from(n),
-        Prefetch::Adaptive => Value::from(prefetch.to_string()),
     }
 }
 

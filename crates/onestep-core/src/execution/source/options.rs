@@ -115,14 +115,9 @@ impl ExecutionSourceOptions {
         if self.batch_size < 1 {
             return Err(invalid("batch_size", "must be >= 1, got 0".into()));
         }
-        if let Prefetch::Fixed(n) = self.prefetch
-            && n > MAX_PREFETCH
-        {
-            return Err(invalid(
-                "prefetch",
-                format!("must be <= {MAX_PREFETCH} or `auto`, got {n}"),
-            ));
-        }
+        self.prefetch
+            .check()
+            .map_err(|message| invalid("prefetch", message))?;
         let max = Duration::from_secs_f64(crate::clock::MAX_SECONDS);
         for (name, value) in [
             ("poll_interval", self.poll_interval),
@@ -165,6 +160,9 @@ impl ExecutionSourceOptions {
 /// assert_eq!("64".parse::<Prefetch>(), Ok(Prefetch::Fixed(64)));
 /// assert_eq!(Prefetch::Adaptive.to_string(), "auto");
 /// assert!("many".parse::<Prefetch>().is_err());
+/// assert_eq!(serde_json::json!(Prefetch::Adaptive), "auto");
+/// assert_eq!(serde_json::json!(Prefetch::Fixed(64)), 64);
+/// assert!(Prefetch::Fixed(10_001).check().is_err());
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Prefetch {
@@ -175,6 +173,28 @@ pub enum Prefetch {
     /// round trips for its slot, and tasks longer than two round trips per slot get no buffer
     /// (at 128 slots and 5 ms claims: tasks of 1.3 s or more).
     Adaptive,
+}
+
+impl Prefetch {
+    /// Checks a count is at most [`MAX_PREFETCH`]; the error says what was expected.
+    pub fn check(self) -> std::result::Result<Self, String> {
+        match self {
+            Self::Fixed(n) if n > MAX_PREFETCH => {
+                Err(format!("must be <= {MAX_PREFETCH} or `auto`, got {n}"))
+            }
+            valid => Ok(valid),
+        }
+    }
+}
+
+/// A count as a number, `Adaptive` as `"auto"` (how a source describes it).
+impl serde::Serialize for Prefetch {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        match self {
+            Self::Fixed(n) => serde::Serialize::serialize(n, s),
+            Self::Adaptive => s.collect_str(self),
+        }
+    }
 }
 
 impl Default for Prefetch {

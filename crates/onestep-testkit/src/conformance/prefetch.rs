@@ -142,8 +142,8 @@ pub async fn worker_with_prefetch_hands_back_its_buffer_at_shutdown<F: BackendFa
     );
 }
 
-/// An adaptive buffer (`prefetch: auto`) holds nothing for tasks that last longer than a claim
-/// round trip per slot: no execution stays claimed and unstarted (a buffered one would wait for
+/// An adaptive buffer (`prefetch: auto`) holds nothing for tasks that last longer than two claim
+/// round trips per slot: no execution stays claimed and unstarted (a buffered one would wait for
 /// a slot, a whole task's length), and every one finishes.
 pub async fn adaptive_prefetch_holds_nothing_for_long_tasks<F: BackendFactory>(f: &F) {
     const TASK: Duration = Duration::from_secs(1);

@@ -8,11 +8,14 @@ use onestep_core::{ConnectorErrorKind, ConnectorOperation, ConnectorOperationErr
 use crate::dialect::{Dialect, PoolSettings, Row};
 use crate::dsn::Dsn;
 use crate::param::Param;
+use crate::solo::{Lent, Solo};
 
 struct Inner<D: Dialect> {
     dsn: Dsn,
     settings: PoolSettings,
     pool: Mutex<Option<sqlx::Pool<D::Db>>>,
+    /// The connection kept for one-statement writes of one caller at a time.
+    solo: Solo<D::Db>,
 }
 
 /// A database connection pool for one dialect, built on first use (no I/O before).
@@ -69,6 +72,7 @@ impl<D: Dialect> SqlConnector<D> {
                 dsn,
                 settings,
                 pool: Mutex::new(None),
+                solo: Solo::default(),
             }),
         }
     }
@@ -116,8 +120,19 @@ impl<D: Dialect> SqlConnector<D> {
         Ok(pool)
     }
 
-    /// Closes the pool; the next use builds a new one.
+    /// A connection for one statement that commits by itself: the connector's own when no other
+    /// caller holds it (see `solo.rs`: it is not handed back through the pool), else one of
+    /// `pool`'s. Give it back with [`Lent::keep`] once the statement succeeded.
+    pub(crate) async fn lend<'a>(
+        &'a self,
+        pool: &sqlx::Pool<D::Db>,
+    ) -> Result<Lent<'a, D::Db>, sqlx::Error> {
+        self.inner.solo.lend(pool).await
+    }
+
+    /// Closes the pool and the connector's own connection; the next use opens new ones.
     pub async fn close(&self) {
+        self.inner.solo.close().await;
         let pool = self
             .inner
             .pool

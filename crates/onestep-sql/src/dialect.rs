@@ -15,7 +15,8 @@ use crate::schema::{self, TableNames};
 /// there).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PoolSettings {
-    /// The most connections the pool opens (default 10).
+    /// The most connections the pool opens (default 10). On PostgreSQL a connector that submits
+    /// one by one opens one more of its own for those submits, kept between them.
     pub max_connections: u32,
     /// How long an operation waits for a connection before failing as transient (default 5 s);
     /// a worker then backs off and retries, so a database outage is noticed quickly.
@@ -48,13 +49,12 @@ pub type InsertMany<D> = for<'a> fn(
     &'a [&'a ExecutionRow],
 ) -> BoxFuture<'a, Result<u64, sqlx::Error>>;
 
-/// Runs [`BatchPaths::insert_one`] (rendered) on a connection of the pool, outside any
-/// transaction, so the statement commits itself: the stored row, with the database's times, or
-/// `None` when its idempotency key (or id) was taken. The row's own times are not sent; it is
-/// due `delay_us` microseconds after the database's now, and `notify` names the channel to
-/// notify, if any.
+/// Runs [`BatchPaths::insert_one`] (rendered) on a connection outside any transaction, so the
+/// statement commits itself: the stored row, with the database's times, or `None` when its
+/// idempotency key (or id) was taken. The row's own times are not sent; it is due `delay_us`
+/// microseconds after the database's now, and `notify` names the channel to notify, if any.
 pub type InsertOne<D> = for<'a> fn(
-    &'a sqlx::Pool<<D as Dialect>::Db>,
+    &'a mut <<D as Dialect>::Db as sqlx::Database>::Connection,
     &'a str,
     &'a ExecutionRow,
     i64,

@@ -40,6 +40,7 @@ pub mod param;
 mod pool_health;
 mod query;
 pub mod schema;
+mod solo;
 mod sql;
 pub mod state;
 pub mod table_queue;

@@ -91,10 +91,13 @@ fn ping_if_idle<C: sqlx::Connection>(
     conn: &mut C,
     meta: sqlx::pool::PoolConnectionMetadata,
 ) -> BoxFuture<'_, Result<bool, sqlx::Error>> {
-    Box::pin(async move {
-        let trusted = meta.idle_for < PING_IF_IDLE_FOR && !disconnected_lately();
-        Ok(trusted || conn.ping().await.is_ok())
-    })
+    Box::pin(async move { Ok(trusted_without_ping(meta.idle_for) || conn.ping().await.is_ok()) })
+}
+
+/// Whether a connection idle for `idle_for` is handed out without a ping: used within
+/// [`PING_IF_IDLE_FOR`], and no operation failed on a broken connection lately.
+pub(crate) fn trusted_without_ping(idle_for: std::time::Duration) -> bool {
+    idle_for < PING_IF_IDLE_FOR && !disconnected_lately()
 }
 
 #[cfg(test)]

@@ -274,7 +274,7 @@ async fn complete_many(
 
 /// Runs [`INSERT_ONE`] on its own: the stored row, or `None` when its key was taken.
 async fn insert_one(
-    pool: &sqlx::Pool<sqlx::Postgres>,
+    conn: &mut sqlx::PgConnection,
     sql: &str,
     row: &ExecutionRow,
     delay_us: i64,
@@ -292,7 +292,7 @@ async fn insert_one(
         .bind(row.submission_digest.as_deref())
         .bind(delay_us)
         .bind(row.expires_at)
-        .fetch_optional(pool)
+        .fetch_optional(conn)
         .await?;
     stored
         .as_ref()
@@ -371,8 +371,8 @@ const BATCH_PATHS: BatchPaths<Postgres> = BatchPaths {
     complete_many: COMPLETE_MANY,
     lock_leases: LOCK_LEASES,
     insert_one: INSERT_ONE,
-    run_insert_one: |pool, sql, row, delay_us, notify| {
-        Box::pin(insert_one(pool, sql, row, delay_us, notify))
+    run_insert_one: |conn, sql, row, delay_us, notify| {
+        Box::pin(insert_one(conn, sql, row, delay_us, notify))
     },
     run_insert_many: |tx, sql, rows| Box::pin(insert_many(tx, sql, rows)),
     run_complete_many: |tx, sql, now, writes| Box::pin(complete_many(tx, sql, now, writes)),

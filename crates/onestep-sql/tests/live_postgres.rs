@@ -517,6 +517,69 @@ async fn a_connection_killed_while_idle_is_replaced_unseen() {
     .await;
 }
 
+/// The sessions whose last statement was a one-statement submit into `executions`.
+async fn inserting(admin: &mut sqlx::PgConnection, executions: &str) -> Vec<i32> {
+    sqlx::query_scalar(
+        "SELECT pid FROM pg_stat_activity WHERE datname = current_database() \
+         AND query LIKE 'WITH t AS (SELECT CURRENT_TIMESTAMP AS now)%' \
+         AND position($1 in query) > 0 ORDER BY pid",
+    )
+    .bind(executions)
+    .fetch_all(admin)
+    .await
+    .unwrap()
+}
+
+/// One-by-one submits run on the connector's own connection (`solo.rs`), kept from one submit
+/// to the next instead of going back through the pool: the same server session answers every
+/// one. Killed while it sat idle, it is replaced before the next submit, which does not see it.
+#[tokio::test]
+async fn one_by_one_submits_keep_one_session_and_replace_it_once_killed() {
+    use sqlx::Connection;
+    let url = support::postgres_url();
+    let b = PostgresExecutionBackend::new(&url, live::fresh_options()).unwrap();
+    let mut admin = sqlx::PgConnection::connect(&url).await.unwrap();
+    let executions = b.tables().executions.clone();
+    let submit = async |n: i64| {
+        let r = ExecutionRequest::new(
+            "live",
+            "solo",
+            serde_json::json!({"n": n}),
+            SubmitOptions::default(),
+        );
+        b.submit(r.unwrap()).await.unwrap();
+    };
+    submit(0).await;
+    let first = inserting(&mut admin, &executions).await;
+    assert_eq!(first.len(), 1, "one session submitted: {first:?}");
+    for n in 1..=20 {
+        submit(n).await;
+    }
+    assert_eq!(
+        inserting(&mut admin, &executions).await,
+        first,
+        "every submit on the same session"
+    );
+
+    let killed: bool = sqlx::query_scalar("SELECT pg_terminate_backend($1)")
+        .bind(first[0])
+        .fetch_one(&mut admin)
+        .await
+        .unwrap();
+    assert!(killed);
+    // Idle past `PING_IF_IDLE_FOR` (100 ms): tested before it is used again.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    submit(21).await;
+    let replaced = inserting(&mut admin, &executions).await;
+    assert_eq!(replaced.len(), 1, "{replaced:?}");
+    assert_ne!(replaced, first, "a new session");
+    let stored: i64 = sqlx::query_scalar(&format!("SELECT count(*) FROM \"{executions}\""))
+        .fetch_one(&mut admin)
+        .await
+        .unwrap();
+    assert_eq!(stored, 22);
+}
+
 /// Renewals, progress and completions of leases find each execution by its id, never through
 /// the lease index, however many other executions run. The table's statistics are taken before
 /// any execution runs, as on a large table analysed before a batch of long work started. With

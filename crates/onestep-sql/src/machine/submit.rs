@@ -166,9 +166,16 @@ impl<D: Dialect> SqlExecutionBackend<D> {
             .unwrap_or(i64::MAX);
         for _ in 0..TRIES {
             let channel = self.notify_due().then_some(self.inner.channel.as_str());
-            let stored = insert_one(&pool, sql, &row, delay_us, channel)
+            let mut conn = self
+                .inner
+                .connector
+                .lend(&pool)
                 .await
                 .map_err(db::<D>(op))?;
+            let stored = insert_one(conn.conn(), sql, &row, delay_us, channel)
+                .await
+                .map_err(db::<D>(op))?;
+            conn.keep();
             if let Some(stored) = stored {
                 self.wake_local();
                 return stored.to_execution();

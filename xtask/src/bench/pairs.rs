@@ -29,6 +29,8 @@ pub struct Pair<'a> {
     /// Each worker's slots and claim batch when not the bench's (`--concurrency`, `--batch`):
     /// see [`CEILING_SLOTS`].
     pub slots: Option<usize>,
+    /// Whether the workers claim ahead with the adaptive buffer (`burndown --prefetch auto`).
+    pub prefetch_auto: bool,
 }
 
 /// Slots of the worker compared with the ceiling like for like: as many as the ceiling keeps
@@ -71,24 +73,27 @@ impl Setup<'_> {
     }
 }
 
-/// The comparisons of a bench run: on each server one worker with the bench's slots and one
-/// with [`CEILING_SLOTS`], and two workers on PostgreSQL when the scale-out runs are asked for
-/// too.
+/// The comparisons of a bench run: on each server one worker with the bench's slots, the same
+/// worker with `prefetch: auto`, and one with [`CEILING_SLOTS`]; and two workers on PostgreSQL
+/// when the scale-out runs are asked for too.
 pub fn pairs(scale_out: bool) -> Vec<Pair<'static>> {
-    let worker = |server, workers, slots| Pair {
+    let worker = |server, workers, slots, prefetch_auto| Pair {
         server,
         workers,
         slots,
+        prefetch_auto,
     };
     let mut pairs = vec![
-        worker("postgres", 1, None),
-        worker("postgres", 1, Some(CEILING_SLOTS)),
+        worker("postgres", 1, None, false),
+        worker("postgres", 1, None, true),
+        worker("postgres", 1, Some(CEILING_SLOTS), false),
     ];
     if scale_out {
-        pairs.push(worker("postgres", 2, None));
+        pairs.push(worker("postgres", 2, None, false));
     }
-    pairs.push(worker("mariadb", 1, None));
-    pairs.push(worker("mariadb", 1, Some(CEILING_SLOTS)));
+    pairs.push(worker("mariadb", 1, None, false));
+    pairs.push(worker("mariadb", 1, None, true));
+    pairs.push(worker("mariadb", 1, Some(CEILING_SLOTS), false));
     pairs
 }
 
@@ -155,29 +160,38 @@ fn our_run(setup: &Setup<'_>, pair: &Pair<'_>, round: usize) -> Result<Value> {
     let shape = pair
         .slots
         .map_or((setup.concurrency, setup.batch), |slots| (slots, slots));
-    let cmd = scale::command(
+    let mut cmd = scale::command(
         setup.burndown,
         setup.dsn(pair.server),
         setup.n,
         shape,
         pair.workers,
     );
+    if pair.prefetch_auto {
+        cmd.args(["--prefetch", "auto"]);
+    }
     let what = format!(
-        "round {round}: onestep on {}, {} worker(s), {} slots",
-        pair.server, pair.workers, shape.0
+        "round {round}: {} on {}, {} slots",
+        system(pair),
+        pair.server,
+        shape.0
     );
     let mut line = super::labeled_run(cmd, &what, &system(pair), pair.server, &[])?;
     mark(&mut line, round);
     Ok(line)
 }
 
-/// The name of `pair`'s drain in the tables: [`scale::system`], and its slots when they are
-/// [`CEILING_SLOTS`].
+/// The name of `pair`'s drain in the tables: [`scale::system`], then its slots when they are
+/// [`CEILING_SLOTS`] and `prefetch auto` when it claims ahead.
 fn system(pair: &Pair<'_>) -> String {
-    match pair.slots {
-        Some(slots) => format!("{}, {slots} slots", scale::system(pair.workers)),
-        None => scale::system(pair.workers),
+    let mut name = scale::system(pair.workers);
+    if let Some(slots) = pair.slots {
+        name.push_str(&format!(", {slots} slots"));
     }
+    if pair.prefetch_auto {
+        name.push_str(", prefetch auto");
+    }
+    name
 }
 
 fn mark(line: &mut Value, round: usize) {
@@ -372,11 +386,12 @@ mod tests {
 
     #[test]
     fn two_workers_are_compared_only_with_the_scale_out_runs() {
-        assert_eq!(pairs(false).len(), 4);
+        assert_eq!(pairs(false).len(), 6);
         let two = Pair {
             server: "postgres",
             workers: 2,
             slots: None,
+            prefetch_auto: false,
         };
         assert!(pairs(true).contains(&two));
         assert!(!pairs(false).contains(&two));
@@ -390,9 +405,24 @@ mod tests {
                 server,
                 workers: 1,
                 slots: Some(CEILING_SLOTS),
+                prefetch_auto: false,
             };
             assert!(pairs(false).contains(&like), "{server}");
             assert_eq!(system(&like), "onestep (Rust), 1 worker, 200 slots");
+        }
+    }
+
+    #[test]
+    fn each_server_has_the_benchs_worker_with_prefetch_auto_too() {
+        for server in ["postgres", "mariadb"] {
+            let auto = Pair {
+                server,
+                workers: 1,
+                slots: None,
+                prefetch_auto: true,
+            };
+            assert!(pairs(false).contains(&auto), "{server}");
+            assert_eq!(system(&auto), "onestep (Rust), 1 worker, prefetch auto");
         }
     }
 }

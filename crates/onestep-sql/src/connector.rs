@@ -15,7 +15,7 @@ struct Inner<D: Dialect> {
     settings: PoolSettings,
     pool: Mutex<Option<sqlx::Pool<D::Db>>>,
     /// The connection kept for one-statement writes of one caller at a time.
-    solo: Solo<D::Db>,
+    solo: Solo<D>,
 }
 
 /// A database connection pool for one dialect, built on first use (no I/O before).

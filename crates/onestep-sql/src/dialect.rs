@@ -15,8 +15,9 @@ use crate::schema::{self, TableNames};
 /// there).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PoolSettings {
-    /// The most connections the pool opens (default 10). On PostgreSQL a connector that submits
-    /// one by one opens one more of its own for those submits, kept between them.
+    /// The most connections the pool opens (default 10). On PostgreSQL and MySQL/MariaDB a
+    /// connector that submits one by one opens one more of its own for those submits, kept
+    /// between them.
     pub max_connections: u32,
     /// How long an operation waits for a connection before failing as transient (default 5 s);
     /// a worker then backs off and retries, so a database outage is noticed quickly.
@@ -327,17 +328,21 @@ pub trait Dialect: Send + Sync + Sized + 'static {
         params: Vec<Param>,
     ) -> Result<u64, sqlx::Error>;
 
-    /// Runs a statement on a connection of `pool`, outside any transaction, so it commits by
-    /// itself; returns the number of rows it matched.
+    /// Runs a statement on `conn` outside any transaction, so it commits by itself; returns the
+    /// number of rows it matched.
     async fn execute_on_its_own(
-        pool: &sqlx::Pool<Self::Db>,
+        conn: &mut <Self::Db as sqlx::Database>::Connection,
         sql: &str,
         params: Vec<Param>,
-    ) -> Result<u64, sqlx::Error> {
-        let mut tx = Self::begin(pool).await?;
-        let matched = Self::execute(&mut tx, sql, params).await?;
-        tx.commit().await?;
-        Ok(matched)
+    ) -> Result<u64, sqlx::Error>;
+
+    /// Prepares a new connection before its first statement: the pool's `after_connect`, and
+    /// the connector's own connection for one-by-one submits (`solo.rs`). The default does
+    /// nothing.
+    fn set_up_session(
+        _conn: &mut <Self::Db as sqlx::Database>::Connection,
+    ) -> BoxFuture<'_, Result<(), sqlx::Error>> {
+        Box::pin(async { Ok(()) })
     }
 
     /// Runs a query; returns its rows.

@@ -175,13 +175,7 @@ impl Dialect for MySql {
             crate::pool_health::ping_only_when_idle(MySqlPoolOptions::new())
                 .max_connections(settings.max_connections)
                 .acquire_timeout(settings.acquire_timeout)
-                .after_connect(|conn, _meta| {
-                    Box::pin(async move {
-                        conn.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
-                            .await?;
-                        Ok(())
-                    })
-                })
+                .after_connect(|conn, _meta| Self::set_up_session(conn))
                 .connect_lazy_with(options),
         )
     }
@@ -201,11 +195,21 @@ impl Dialect for MySql {
     }
 
     async fn execute_on_its_own(
-        pool: &sqlx::Pool<sqlx::MySql>,
+        conn: &mut sqlx::MySqlConnection,
         sql: &str,
         params: Vec<Param>,
     ) -> Result<u64, sqlx::Error> {
-        Ok(query(sql, params).execute(pool).await?.rows_affected())
+        Ok(query(sql, params).execute(conn).await?.rows_affected())
+    }
+
+    fn set_up_session(
+        conn: &mut sqlx::MySqlConnection,
+    ) -> crate::dialect::BoxFuture<'_, Result<(), sqlx::Error>> {
+        Box::pin(async move {
+            conn.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+                .await?;
+            Ok(())
+        })
     }
 
     async fn fetch(

@@ -1,17 +1,19 @@
-//! [`Solo`]: one connection a connector keeps between one-statement writes of one caller at a
-//! time, so that a caller submitting one by one does not pay sqlx's hand-back for every
-//! statement.
+//! [`Solo`]: one connection a connector keeps between one-statement submits of one caller at a
+//! time (PostgreSQL's `BatchPaths::insert_one`, MySQL's insert on its own), so that a caller
+//! submitting one by one does not pay sqlx's hand-back for every statement.
 //!
 //! sqlx gives a pooled connection back in a task it spawns, which pings the server before the
 //! connection is idle again: every one-statement submit cost a task, a wake-up of another
 //! runtime thread and a second round trip, on the same two cores as the server. The connection
-//! here never goes back to a pool: the next caller takes it as it is. Measured on PostgreSQL
-//! (`burndown --submit-batch 0`, N = 5,000, 8 alternating rounds against the binary before):
-//! one caller's submits went from a median 2,660/s to 3,023/s, faster in every round (+6 to
-//! +24 %, median +22 %), where `pgbench` with one client commits ~3,100/s on this machine.
+//! here never goes back to a pool: the next caller takes it as it is. Sequential submits
+//! (`burndown --submit-batch 0`, N = 5,000, alternating rounds against the binary before):
+//! PostgreSQL from a median 2,660/s to 3,023/s, faster in all 8 rounds (median +22 %), where
+//! `pgbench` with one client commits ~3,100/s on this machine; MariaDB from 2,014/s to 2,285/s,
+//! faster in 12 of 16 rounds (median +18 %).
 //!
 //! One caller at a time: a caller that finds the connection taken uses the pool, as before. The
-//! connection is the connector's own, opened with the pool's connect options on first use, so it
+//! connection is the connector's own, opened on first use with the pool's connect options and
+//! set up as the pool sets up its own (`Dialect::set_up_session`), so it
 //! comes on top of [`PoolSettings::max_connections`](crate::PoolSettings::max_connections) and
 //! never holds back a pool's caller. It is tested as the pool tests its own (a ping after it sat
 //! idle for `PING_IF_IDLE_FOR`, or for a while after any connection broke), replaced past the
@@ -23,6 +25,8 @@ use std::time::Instant;
 
 use sqlx::pool::PoolConnection;
 use sqlx::{ConnectOptions, Connection, Database};
+
+use crate::dialect::Dialect;
 
 use crate::pool_health::trusted_without_ping;
 
@@ -37,11 +41,11 @@ pub(crate) struct Idle<DB: Database> {
 }
 
 /// The connector's own connection, while no caller holds it.
-pub(crate) struct Solo<DB: Database> {
-    slot: tokio::sync::Mutex<Kept<DB>>,
+pub(crate) struct Solo<D: Dialect> {
+    slot: tokio::sync::Mutex<Kept<D::Db>>,
 }
 
-impl<DB: Database> Default for Solo<DB> {
+impl<D: Dialect> Default for Solo<D> {
     fn default() -> Self {
         Self {
             slot: tokio::sync::Mutex::new(None),
@@ -89,10 +93,13 @@ impl<DB: Database> Lent<'_, DB> {
     }
 }
 
-impl<DB: Database> Solo<DB> {
+impl<D: Dialect> Solo<D> {
     /// The own connection if no caller holds it (tested, or opened with `pool`'s connect
     /// options), else one of `pool`'s.
-    pub(crate) async fn lend(&self, pool: &sqlx::Pool<DB>) -> Result<Lent<'_, DB>, sqlx::Error> {
+    pub(crate) async fn lend(
+        &self,
+        pool: &sqlx::Pool<D::Db>,
+    ) -> Result<Lent<'_, D::Db>, sqlx::Error> {
         let Ok(mut slot) = self.slot.try_lock() else {
             return pool.acquire().await.map(Lent::Pooled);
         };
@@ -102,7 +109,12 @@ impl<DB: Database> Solo<DB> {
             return Ok(Lent::Own { slot, conn, opened });
         }
         let timeout = pool.options().get_acquire_timeout();
-        let conn = tokio::time::timeout(timeout, pool.connect_options().connect())
+        let connect = async {
+            let mut conn = pool.connect_options().connect().await?;
+            D::set_up_session(&mut conn).await?;
+            Ok::<_, sqlx::Error>(conn)
+        };
+        let conn = tokio::time::timeout(timeout, connect)
             .await
             .map_err(|_| sqlx::Error::PoolTimedOut)??;
         Ok(Lent::Own {
@@ -115,9 +127,9 @@ impl<DB: Database> Solo<DB> {
     /// `idle`'s connection if the pool would hand it out: not past the pool's lifetime or idle
     /// timeout, and used lately or answering a ping. Else it is closed.
     async fn still_good(
-        idle: Idle<DB>,
-        options: &sqlx::pool::PoolOptions<DB>,
-    ) -> Option<(DB::Connection, Instant)> {
+        idle: Idle<D::Db>,
+        options: &sqlx::pool::PoolOptions<D::Db>,
+    ) -> Option<(<D::Db as Database>::Connection, Instant)> {
         let Idle {
             mut conn,
             opened,

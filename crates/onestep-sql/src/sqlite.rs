@@ -227,6 +227,14 @@ impl Dialect for Sqlite {
         Ok(query(sql, params).execute(&mut **tx).await?.rows_affected())
     }
 
+    async fn execute_on_its_own(
+        conn: &mut sqlx::SqliteConnection,
+        sql: &str,
+        params: Vec<Param>,
+    ) -> Result<u64, sqlx::Error> {
+        Ok(query(sql, params).execute(conn).await?.rows_affected())
+    }
+
     async fn fetch(
         tx: &mut Transaction<'static, sqlx::Sqlite>,
         sql: &str,

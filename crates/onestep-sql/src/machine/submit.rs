@@ -105,8 +105,18 @@ impl<D: Dialect> SqlExecutionBackend<D> {
             let row = ExecutionRow::queued(&request, encoded, new_row_id(), self.process_now());
             let pool = self.pool().await?;
             let params = Self::insert_params(&row);
+            let mut conn = self
+                .inner
+                .connector
+                .lend(&pool)
+                .await
+                .map_err(db::<D>(op))?;
             let inserted =
-                D::execute_on_its_own(&pool, &self.inner.statements.insert, params).await;
+                D::execute_on_its_own(conn.conn(), &self.inner.statements.insert, params).await;
+            // A taken key is an answer, not a broken connection: keep it for the next submit.
+            if inserted.as_ref().map_or_else(is_unique, |_| true) {
+                conn.keep();
+            }
             (row, inserted.map(|_| ()))
         } else {
             let mut tx = self.begin(op).await?;

@@ -511,7 +511,7 @@ pub async fn a_rejected_completion_leaves_no_row_lock_behind<D: Dialect>(dsn: &s
 }
 
 /// A pooled connection whose session was killed while it sat idle is replaced before it is
-/// handed out, so the next submit does not see it. (Connections used within the last 100 ms
+/// handed out, so the next submit or read does not see it. (Connections used within the last 100 ms
 /// are handed out without that ping; sqlx pings every connection as it is given back.)
 /// `session_id` reads the asking session's id as a bigint; `kill` ends those sessions from
 /// another connection, checking that each was there to end.
@@ -543,7 +543,10 @@ pub async fn a_connection_killed_while_idle_is_replaced_unseen<D: Dialect>(
     kill(dsn, ids).await;
     // Idle past `PING_IF_IDLE_FOR` (100 ms).
     tokio::time::sleep(Duration::from_millis(300)).await;
+    // Each submit and each read on a pooled connection (a PostgreSQL connector submits one by
+    // one on a connection of its own, see `solo.rs`; a read takes the pool's).
     for n in 1..=sessions + 1 {
-        b.submit(request("idle", n)).await.unwrap();
+        let submitted = b.submit(request("idle", n)).await.unwrap();
+        assert!(b.get("live", submitted.id).await.unwrap().is_some());
     }
 }

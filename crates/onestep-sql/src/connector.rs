@@ -132,15 +132,18 @@ impl<D: Dialect> SqlConnector<D> {
 
     /// Closes the pool and the connector's own connection; the next use opens new ones.
     pub async fn close(&self) {
-        self.inner.solo.close().await;
         let pool = self
             .inner
             .pool
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .take();
-        if let Some(pool) = pool {
-            pool.close().await;
+        // Marked closed at once, so that no submit opens the connector's own connection anew
+        // while it is being closed.
+        let closing = pool.as_ref().map(sqlx::Pool::close);
+        self.inner.solo.close().await;
+        if let Some(closing) = closing {
+            closing.await;
         }
     }
 

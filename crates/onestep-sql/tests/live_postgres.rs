@@ -567,6 +567,13 @@ async fn one_by_one_submits_keep_one_session_and_replace_it_once_killed() {
         .await
         .unwrap();
     assert!(killed);
+    // Ending a session is asynchronous: wait until it has left.
+    for _ in 0..100 {
+        if inserting(&mut admin, &executions).await.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     // Idle past `PING_IF_IDLE_FOR` (100 ms): tested before it is used again.
     tokio::time::sleep(Duration::from_millis(300)).await;
     submit(21).await;
@@ -578,6 +585,67 @@ async fn one_by_one_submits_keep_one_session_and_replace_it_once_killed() {
         .await
         .unwrap();
     assert_eq!(stored, 22);
+}
+
+/// When the connector's own connection cannot be opened (here: a role at its connection limit,
+/// as a server at `max_connections` refuses one more), one-by-one submits use the pool instead
+/// of failing.
+#[tokio::test]
+async fn a_submit_whose_own_connection_is_refused_uses_the_pool() {
+    use onestep_sql::{PoolSettings, SqlConnector};
+    use sqlx::Connection;
+    let url = support::postgres_url();
+    let options = live::fresh_options();
+    let (executions, attempts) = (options.table.clone(), options.attempts_table.clone());
+    let admin_backend = PostgresExecutionBackend::new(&url, options.clone()).unwrap();
+    admin_backend.open().await.unwrap();
+    let role = format!("solo_{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
+    let mut admin = sqlx::PgConnection::connect(&url).await.unwrap();
+    for statement in [
+        format!("CREATE ROLE \"{role}\" LOGIN PASSWORD 'solo' CONNECTION LIMIT 1"),
+        format!("GRANT SELECT, INSERT, UPDATE ON \"{executions}\", \"{attempts}\" TO \"{role}\""),
+    ] {
+        sqlx::query(&statement).execute(&mut admin).await.unwrap();
+    }
+    let as_role = support::privilege::rewrite(&url, Some((&role, "solo")), None, None);
+    let connector = SqlConnector::<Postgres>::new(&as_role)
+        .unwrap()
+        .with_settings(PoolSettings {
+            max_connections: 1,
+            ..PoolSettings::default()
+        })
+        .unwrap();
+    let b = PostgresExecutionBackend::from_connector(&connector, options.with_auto_create(false))
+        .unwrap();
+    let outcome = async {
+        // The pool's one connection is the role's one session.
+        b.open().await?;
+        let mut ids = Vec::new();
+        for n in 0..3 {
+            let r = ExecutionRequest::new(
+                "live",
+                "refused",
+                serde_json::json!({"n": n}),
+                SubmitOptions::default(),
+            )?;
+            ids.push(b.submit(r).await?.id);
+        }
+        for id in ids {
+            assert!(b.get("live", id).await?.is_some());
+        }
+        Ok::<_, onestep_core::execution::ExecutionError>(())
+    }
+    .await;
+    connector.close().await;
+    sqlx::query(&format!("DROP OWNED BY \"{role}\""))
+        .execute(&mut admin)
+        .await
+        .unwrap();
+    sqlx::query(&format!("DROP ROLE \"{role}\""))
+        .execute(&mut admin)
+        .await
+        .unwrap();
+    outcome.unwrap();
 }
 
 /// Renewals, progress and completions of leases find each execution by its id, never through

@@ -543,8 +543,8 @@ pub async fn a_connection_killed_while_idle_is_replaced_unseen<D: Dialect>(
     kill(dsn, ids).await;
     // Idle past `PING_IF_IDLE_FOR` (100 ms).
     tokio::time::sleep(Duration::from_millis(300)).await;
-    // Each submit and each read on a pooled connection (a PostgreSQL connector submits one by
-    // one on a connection of its own, see `solo.rs`; a read takes the pool's).
+    // A submit and a read each time: a connector submits one by one on a connection of its
+    // own (`solo.rs`), which the kill above did not end; a read takes a pooled one.
     for n in 1..=sessions + 1 {
         let submitted = b.submit(request("idle", n)).await.unwrap();
         assert!(b.get("live", submitted.id).await.unwrap().is_some());

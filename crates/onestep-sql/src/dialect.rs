@@ -321,16 +321,19 @@ pub trait Dialect: Send + Sync + Sized + 'static {
         pool: &sqlx::Pool<Self::Db>,
     ) -> Result<sqlx::Transaction<'static, Self::Db>, sqlx::Error>;
 
-    /// Runs a statement; returns the number of rows it matched.
+    /// Runs a statement in `tx` ([`Dialect::execute_on`] its connection); returns the number of
+    /// rows it matched.
     async fn execute(
         tx: &mut sqlx::Transaction<'static, Self::Db>,
         sql: &str,
         params: Vec<Param>,
-    ) -> Result<u64, sqlx::Error>;
+    ) -> Result<u64, sqlx::Error> {
+        Self::execute_on(&mut **tx, sql, params).await
+    }
 
-    /// Runs a statement on `conn` outside any transaction, so it commits by itself; returns the
-    /// number of rows it matched.
-    async fn execute_on_its_own(
+    /// Runs a statement on `conn`: inside the transaction it is in, or, outside any, committed
+    /// by itself. Returns the number of rows it matched.
+    async fn execute_on(
         conn: &mut <Self::Db as sqlx::Database>::Connection,
         sql: &str,
         params: Vec<Param>,

@@ -186,15 +186,7 @@ impl Dialect for MySql {
         pool.begin().await
     }
 
-    async fn execute(
-        tx: &mut Transaction<'static, sqlx::MySql>,
-        sql: &str,
-        params: Vec<Param>,
-    ) -> Result<u64, sqlx::Error> {
-        Ok(query(sql, params).execute(&mut **tx).await?.rows_affected())
-    }
-
-    async fn execute_on_its_own(
+    async fn execute_on(
         conn: &mut sqlx::MySqlConnection,
         sql: &str,
         params: Vec<Param>,

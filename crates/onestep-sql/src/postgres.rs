@@ -439,15 +439,7 @@ impl Dialect for Postgres {
         pool.begin().await
     }
 
-    async fn execute(
-        tx: &mut Transaction<'static, sqlx::Postgres>,
-        sql: &str,
-        params: Vec<Param>,
-    ) -> Result<u64, sqlx::Error> {
-        Ok(query(sql, params).execute(&mut **tx).await?.rows_affected())
-    }
-
-    async fn execute_on_its_own(
+    async fn execute_on(
         conn: &mut sqlx::PgConnection,
         sql: &str,
         params: Vec<Param>,

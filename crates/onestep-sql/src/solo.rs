@@ -1,5 +1,5 @@
 //! [`Solo`]: one connection a connector keeps between one-statement submits of one caller at a
-//! time (PostgreSQL's `BatchPaths::insert_one`, MySQL's insert on its own), so that a caller
+//! time (PostgreSQL's `BatchPaths::insert_one`, MySQL's insert on its own, `Dialect::execute_on`), so that a caller
 //! submitting one by one does not pay sqlx's hand-back for every statement.
 //!
 //! sqlx gives a pooled connection back in a task it spawns, which pings the server before the

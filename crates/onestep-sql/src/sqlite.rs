@@ -219,15 +219,7 @@ impl Dialect for Sqlite {
         })?
     }
 
-    async fn execute(
-        tx: &mut Transaction<'static, sqlx::Sqlite>,
-        sql: &str,
-        params: Vec<Param>,
-    ) -> Result<u64, sqlx::Error> {
-        Ok(query(sql, params).execute(&mut **tx).await?.rows_affected())
-    }
-
-    async fn execute_on_its_own(
+    async fn execute_on(
         conn: &mut sqlx::SqliteConnection,
         sql: &str,
         params: Vec<Param>,

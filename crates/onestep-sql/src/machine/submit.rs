@@ -105,14 +105,8 @@ impl<D: Dialect> SqlExecutionBackend<D> {
             let row = ExecutionRow::queued(&request, encoded, new_row_id(), self.process_now());
             let pool = self.pool().await?;
             let params = Self::insert_params(&row);
-            let mut conn = self
-                .inner
-                .connector
-                .lend(&pool)
-                .await
-                .map_err(db::<D>(op))?;
-            let inserted =
-                D::execute_on_its_own(conn.conn(), &self.inner.statements.insert, params).await;
+            let mut conn = self.lend(&pool, op).await?;
+            let inserted = D::execute_on(conn.conn(), &self.inner.statements.insert, params).await;
             // A taken key is an answer, not a broken connection: keep it for the next submit.
             if inserted.as_ref().map_or_else(is_unique, |_| true) {
                 conn.keep();
@@ -154,6 +148,16 @@ impl<D: Dialect> SqlExecutionBackend<D> {
         }
     }
 
+    /// A connection for a one-statement submit ([`SqlConnector::lend`]); keep it with
+    /// [`Lent::keep`](crate::solo::Lent::keep) once the statement succeeded.
+    async fn lend<'a>(
+        &'a self,
+        pool: &sqlx::Pool<D::Db>,
+        op: ConnectorOperation,
+    ) -> ExecutionResult<crate::solo::Lent<'a, D::Db>> {
+        self.inner.connector.lend(pool).await.map_err(db::<D>(op))
+    }
+
     /// Submits one request with the dialect's one-statement insert (`BatchPaths::insert_one`):
     /// one round trip that reads the database's time, inserts, notifies and commits. A taken
     /// key is answered from the stored row; if that row is gone by the time it is read (pruned
@@ -176,12 +180,7 @@ impl<D: Dialect> SqlExecutionBackend<D> {
             .unwrap_or(i64::MAX);
         for _ in 0..TRIES {
             let channel = self.notify_due().then_some(self.inner.channel.as_str());
-            let mut conn = self
-                .inner
-                .connector
-                .lend(&pool)
-                .await
-                .map_err(db::<D>(op))?;
+            let mut conn = self.lend(&pool, op).await?;
             let stored = insert_one(conn.conn(), sql, &row, delay_us, channel)
                 .await
                 .map_err(db::<D>(op))?;
